@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The one command that runs the whole test suite on a fresh Debian/Ubuntu machine:
+#   bash tests/run.sh
+# It installs what it needs (Mosquitto when absent, the Python packages into .venv),
+# then runs ruff, mypy and pytest. Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v mosquitto >/dev/null 2>&1 && [ ! -x /usr/sbin/mosquitto ]; then
+  echo "tests/run.sh: installing mosquitto (the tests start their own brokers)" >&2
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q mosquitto
+fi
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]'
+
+.venv/bin/ruff check syncd tests bench
+.venv/bin/mypy
+.venv/bin/pytest "$@"
