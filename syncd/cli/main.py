@@ -1,0 +1,18 @@
+"""The command group; each command lives in its own module and is registered here."""
+
+from __future__ import annotations
+
+import click
+
+from syncd import __version__
+from syncd.cli import run, status
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="syncd")
+def main() -> None:
+    """Replicate append-only JSONL memory logs between hosts over MQTT."""
+
+
+for _module in (run, status):
+    main.add_command(_module.command)

@@ -1,0 +1,42 @@
+"""`syncd run`: the daemon in the foreground, logging to stderr, stopping on SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+import click
+
+from syncd.cli.common import config_option, load_or_exit
+from syncd.node import Node, StartupError
+
+
+@click.command("run")
+@config_option
+@click.option("--log-level", default="info", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"]))
+def command(config_path: Path, log_level: str) -> None:
+    """Run the replicator in the foreground."""
+    config = load_or_exit(config_path)
+    logging.basicConfig(
+        level=getattr(logging, log_level.upper()),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if log_level != "debug":
+        logging.getLogger("syncd.mqtt").setLevel(logging.WARNING)
+    try:
+        asyncio.run(_run(Node(config)))
+    except StartupError as e:
+        click.echo(f"syncd: {e}", err=True)
+        sys.exit(2)
+
+
+async def _run(node: Node) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, node.stop)
+    await node.run(ready=lambda: logging.getLogger("syncd").info("ready"))

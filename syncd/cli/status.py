@@ -1,0 +1,71 @@
+"""`syncd status`: what the running daemon sees, per key and file and per peer.
+
+Exit status: 0 all good, 1 some file is frozen (diverged, reset, edited), 2 the daemon could
+not be asked.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import orjson
+
+from syncd.cli.common import config_option, load_or_exit
+from syncd.control import ControlError, query
+from syncd.node import SOCKET_NAME
+
+PROBLEM_STATES = {"diverged", "reset", "edited"}
+
+
+@click.command("status")
+@config_option
+@click.option("--json", "as_json", is_flag=True, help="Print the status as one JSON object.")
+def command(config_path: Path, as_json: bool) -> None:
+    """Show each replicated file's state as the running daemon sees it."""
+    config = load_or_exit(config_path)
+    try:
+        status = query(config.state_dir / SOCKET_NAME, "status")["status"]
+    except ControlError as e:
+        click.echo(f"syncd: {e}", err=True)
+        sys.exit(2)
+    if as_json:
+        click.echo(orjson.dumps(status, option=orjson.OPT_INDENT_2).decode())
+    else:
+        click.echo(render(status))
+    if any(f["state"] in PROBLEM_STATES for f in status["files"]):
+        sys.exit(1)
+
+
+def render(status: dict[str, Any]) -> str:
+    peers = status["peers"]
+    online = sorted(n for n, p in peers.items() if p["online"])
+    offline = sorted(n for n, p in peers.items() if not p["online"])
+    head = (f"node {status['node']}  broker {status['broker']} "
+            f"({'connected' if status['connected'] else 'DISCONNECTED'})  "
+            f"peers online: {', '.join(online) or '-'}")
+    if offline:
+        head += f"  offline: {', '.join(offline)}"
+    rows = [("KEY", "FILE", "SIZE", "STATE", "PEERS")]
+    for f in status["files"]:
+        peer_text = ", ".join(
+            f"{n}={p['size']} {p['state']}{'' if p['online'] else ' (offline)'}"
+            for n, p in f["peers"].items()
+        ) or "-"
+        rows.append((f["key"], f["file"], str(f["size"]), f["state"], peer_text))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    lines = [head, ""]
+    for r in rows:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(r[:4], widths, strict=True))
+                     + "  " + r[4])
+    problems = [f for f in status["files"] if f["state"] in PROBLEM_STATES]
+    for f in problems:
+        lines.append("")
+        freeze = f.get("freeze")
+        if freeze:
+            lines.append(f"{f['key']}/{f['file']}: {freeze['reason'].upper()}: {freeze['detail']}")
+        for peer, d in f.get("diverged", {}).items():
+            lines.append(f"{f['key']}/{f['file']}: DIVERGED from {peer}: {d['detail']}")
+    return "\n".join(lines)

@@ -1,0 +1,161 @@
+"""`syncd verify PATH|KEY`: the seed's checks over events.jsonl files, for an operator to read.
+
+Exit status: 0 every file is clean, 1 problems found, 2 the arguments cannot be used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import NoReturn
+
+import click
+import orjson
+
+from syncd.config import ConfigError, load_config
+from syncd.names import is_valid_name
+from syncd.verify import LogChecker, Problem, Report
+
+# Big enough that the per-call overhead vanishes, small enough to keep memory flat.
+CHUNK_SIZE = 1 << 20
+
+EXIT_CLEAN = 0
+EXIT_PROBLEMS = 1
+EXIT_UNUSABLE = 2
+
+
+class UnusableTarget(Exception):
+    """The argument names no file we can read; the message is the whole explanation."""
+
+
+def resolve_files(target: str, config_path: Path | None) -> list[Path]:
+    """The files behind PATH|KEY: an existing path is a file, anything else an instance key."""
+    path = Path(target)
+    if path.is_dir():
+        path = path / "events.jsonl"  # an instance directory: its memory file
+        if not path.is_file():
+            raise UnusableTarget(f"{target} is a directory without an events.jsonl")
+        return [path]
+    if path.exists():
+        return [path]
+    if config_path is None:
+        raise UnusableTarget(
+            f"{target}: no such file (to name an instance key, pass --config FILE)"
+        )
+    try:
+        config = load_config(config_path)
+    except ConfigError as error:
+        raise UnusableTarget(str(error)) from None
+    # Checked here because the key becomes a directory name under runtimes_dir.
+    if not is_valid_name(target):
+        raise UnusableTarget(f"{target}: neither a file nor a valid instance key")
+    files = config.key_files(target)
+    if not files:
+        raise UnusableTarget(
+            f"{target}: neither a file nor an instance key with files under "
+            f"{config.runtimes_dir}"
+        )
+    return files
+
+
+def read_chunks(path: Path) -> Iterator[bytes]:
+    with path.open("rb") as file:
+        while chunk := file.read(CHUNK_SIZE):
+            yield chunk
+
+
+def check_file(path: Path) -> Report:
+    checker = LogChecker()
+    for chunk in read_chunks(path):
+        checker.feed(chunk)
+    return checker.report()
+
+
+def fail(command: str, message: str) -> NoReturn:
+    """Say why in one line on stderr, and stop with the "unusable arguments" status."""
+    click.echo(f"syncd {command}: {message}", err=True)
+    raise click.exceptions.Exit(EXIT_UNUSABLE)
+
+
+def describe_os_error(error: OSError) -> str:
+    return error.strerror or str(error)
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+def _describe_problem(problem: Problem) -> str:
+    text = problem.message
+    if problem.detail is not None:
+        text = f"{text}: {problem.detail}"
+    return f"  line {problem.line} (byte {problem.offset}): {text}"
+
+
+def _counts_table(title: str, counts: Mapping[str, int]) -> list[str]:
+    if not counts:
+        return [f"{title}: none"]
+    # The layout of `sort | uniq -c`, so that it reads like the seed's recipe.
+    return [f"{title}:", *(f"{count:>7} {name}" for name, count in counts.items())]
+
+
+def render_report(label: str, report: Report) -> str:
+    size = [_plural(report.lines, "line")]
+    if report.blank_lines:
+        size.append(f"{report.blank_lines} blank")
+    size.append(_plural(report.bytes_checked, "byte"))
+    verdict = "clean" if report.clean else _plural(report.problem_total, "problem")
+    lines = [f"{label}: {verdict} ({', '.join(size)})"]
+    lines.extend(_describe_problem(problem) for problem in report.problems)
+    if report.unlisted:
+        lines.append(f"  ... and {report.unlisted} more not listed")
+    events = report.turn_events
+    ended = events["turn.done"] + events["turn.failed"] + events["turn.aborted"]
+    lines.append(
+        f"turns: {events['turn.start']} started, {ended} ended "
+        f"({events['turn.done']} done, {events['turn.failed']} failed, "
+        f"{events['turn.aborted']} aborted)"
+    )
+    lines.extend(_counts_table("entries by type", report.entry_types))
+    lines.extend(_counts_table("messages by role or custom type", report.message_types))
+    return "\n".join(lines)
+
+
+@click.command("verify")
+@click.argument("target", metavar="PATH|KEY")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Config file, needed to name an instance KEY instead of a PATH.",
+)
+def command(target: str, as_json: bool, config_path: Path | None) -> None:
+    """Check events.jsonl files: bad lines, torn tail, unfinished turns, lost tool results,
+    missing compaction anchors; then count entries by type.
+
+    Exits 0 when clean, 1 when problems were found, 2 when the arguments are unusable.
+    """
+    try:
+        files = resolve_files(target, config_path)
+    except UnusableTarget as error:
+        fail("verify", str(error))
+
+    reports: list[tuple[Path, Report]] = []
+    for path in files:
+        try:
+            reports.append((path, check_file(path)))
+        except OSError as error:
+            fail("verify", f"cannot read {path}: {describe_os_error(error)}")
+
+    clean = all(report.clean for _, report in reports)
+    if as_json:
+        document = {
+            "clean": clean,
+            "files": [{"path": str(path), **report.to_json()} for path, report in reports],
+        }
+        click.echo(orjson.dumps(document).decode())
+    else:
+        click.echo("\n\n".join(render_report(str(path), report) for path, report in reports))
+    if not clean:
+        raise click.exceptions.Exit(EXIT_PROBLEMS)

@@ -1,0 +1,273 @@
+"""The TOML configuration: parsed once, validated completely, every error names key and line."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from syncd.names import is_valid_name
+
+
+class ConfigError(Exception):
+    """A configuration problem, with the file, key and line in its message."""
+
+
+@dataclass(frozen=True)
+class MqttConfig:
+    host: str = "127.0.0.1"
+    port: int = 1883
+    topic_prefix: str = "syncd"
+    client_id: str = ""  # default: "syncd-<node>"
+    username: str | None = None
+    password_file: Path | None = None
+    keepalive: int = 30
+    reconnect_min: float = 0.5
+    reconnect_max: float = 30.0
+
+
+@dataclass(frozen=True)
+class KeyConfig:
+    files: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Config:
+    node: str
+    runtimes_dir: Path
+    state_dir: Path
+    mqtt: MqttConfig
+    files: tuple[str, ...] = ("events.jsonl",)
+    include: tuple[str, ...] = ("*",)
+    exclude: tuple[str, ...] = ()
+    keys: dict[str, KeyConfig] = field(default_factory=dict)
+    chunk_bytes: int = 256 * 1024
+    fetch_window_bytes: int = 4 * 1024 * 1024
+    sweep_interval: float = 1.0
+    scrub_bytes_per_second: int = 64 * 1024 * 1024
+    scrub_interval: float = 60.0
+    persist_interval: float = 1.0
+    request_timeout: float = 3.0
+    source: Path | None = None
+
+    def wants_key(self, key: str) -> bool:
+        """Whether an instance directory name is a key this node replicates."""
+        if not is_valid_name(key):
+            return False
+        if key in self.keys:
+            return True
+        return any(fnmatch.fnmatchcase(key, p) for p in self.include) and not any(
+            fnmatch.fnmatchcase(key, p) for p in self.exclude
+        )
+
+    def files_of(self, key: str) -> tuple[str, ...]:
+        """File names replicated inside a key's directory."""
+        k = self.keys.get(key)
+        return k.files if k else self.files
+
+    def key_files(self, key: str) -> list[Path]:
+        """Existing files of a key under runtimes_dir (for the offline commands)."""
+        d = self.runtimes_dir / key
+        return [d / f for f in self.files_of(key) if (d / f).is_file()]
+
+    @property
+    def client_id(self) -> str:
+        return self.mqtt.client_id or f"syncd-{self.node}"
+
+    def password(self) -> str | None:
+        if self.mqtt.password_file is None:
+            return None
+        try:
+            return self.mqtt.password_file.read_text().strip()
+        except OSError as e:
+            raise ConfigError(f"mqtt.password_file: cannot read {self.mqtt.password_file}: "
+                              f"{e.strerror}") from None
+
+
+_TOP = {
+    "node", "runtimes_dir", "state_dir", "files", "include", "exclude", "chunk_bytes",
+    "fetch_window_bytes", "sweep_interval", "scrub_bytes_per_second", "scrub_interval",
+    "persist_interval", "request_timeout", "mqtt", "keys",
+}
+_MQTT = {
+    "host", "port", "topic_prefix", "client_id", "username", "password_file", "keepalive",
+    "reconnect_min", "reconnect_max",
+}
+_KEY = {"files"}
+_PREFIX = re.compile(r"[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*")
+
+
+class _Reader:
+    """Typed access to one table that reports errors as 'file:line: key: problem'."""
+
+    def __init__(self, path: Path, text: str, table: dict[str, Any], dotted: str) -> None:
+        self.path, self.source, self.table, self.dotted = path, text, table, dotted
+
+    def error(self, key: str, problem: str) -> ConfigError:
+        name = f"{self.dotted}.{key}" if self.dotted else key
+        line = _line_of(self.source, self.dotted, key)
+        where = f"{self.path}:{line}" if line else str(self.path)
+        return ConfigError(f"{where}: {name}: {problem}")
+
+    def check_known(self, known: set[str]) -> None:
+        for key in self.table:
+            if key not in known:
+                raise self.error(key, f"unknown key (known: {', '.join(sorted(known))})")
+
+    def text(
+        self, key: str, default: str | None = None, *, required: bool = False
+    ) -> str | None:
+        if key not in self.table:
+            if required:
+                raise self.error(key, "is required")
+            return default
+        value = self.table[key]
+        if not isinstance(value, str) or not value:
+            raise self.error(key, "must be a non-empty string")
+        return value
+
+    def integer(self, key: str, default: int, lo: int, hi: int) -> int:
+        value = self.table.get(key, default)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise self.error(key, f"must be an integer, got {value!r}")
+        if not lo <= value <= hi:
+            raise self.error(key, f"must be between {lo} and {hi}, got {value}")
+        return value
+
+    def number(self, key: str, default: float, lo: float, hi: float) -> float:
+        value = self.table.get(key, default)
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            raise self.error(key, f"must be a number, got {value!r}")
+        if not lo <= value <= hi:
+            raise self.error(key, f"must be between {lo} and {hi}, got {value}")
+        return float(value)
+
+    def globs(self, key: str, default: tuple[str, ...]) -> tuple[str, ...]:
+        value = self.table.get(key, list(default))
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise self.error(key, "must be a list of non-empty strings")
+        return tuple(value)
+
+    def path_(self, key: str, base: Path, *, required: bool = False) -> Path | None:
+        value = self.text(key, required=required)
+        if value is None:
+            return None
+        p = Path(value).expanduser()
+        return p if p.is_absolute() else (base / p)
+
+
+def _line_of(text: str, table: str, key: str) -> int | None:
+    """Line number of `key = ` inside `[table]` (best effort: tomllib gives no positions)."""
+    header = re.compile(r"^\s*\[+\s*([^\]]+?)\s*\]+\s*(#.*)?$")
+    assign = re.compile(r"^\s*(\"?)" + re.escape(key) + r"\1\s*=")
+    want = table.replace('"', "")
+    current = ""
+    for n, line in enumerate(text.splitlines(), 1):
+        m = header.match(line)
+        if m:
+            current = m.group(1).replace('"', "").replace(" ", "")
+            if not table and current.split(".")[0] == key:
+                return n  # the key is itself a table, e.g. [mqtt]
+            continue
+        if current == want and assign.match(line):
+            return n
+    return None
+
+
+def load_config(path: Path) -> Config:
+    """Read and validate a config file. Raises ConfigError naming file, line and key."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such config file") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: invalid TOML: {e}") from None
+    return parse_config(data, path, text)
+
+
+def parse_config(data: dict[str, Any], path: Path, text: str = "") -> Config:
+    base = path.parent.resolve()
+    top = _Reader(path, text, data, "")
+    top.check_known(_TOP)
+    node = top.text("node", required=True)
+    assert node is not None
+    if not is_valid_name(node):
+        raise top.error("node", "use letters, digits, '.', '_' or '-' (at most 128)")
+    runtimes_dir = top.path_("runtimes_dir", base, required=True)
+    state_dir = top.path_("state_dir", base, required=True)
+    assert runtimes_dir is not None and state_dir is not None
+
+    mqtt_table = data.get("mqtt", {})
+    if not isinstance(mqtt_table, dict):
+        raise top.error("mqtt", "must be a table ([mqtt])")
+    m = _Reader(path, text, mqtt_table, "mqtt")
+    m.check_known(_MQTT)
+    prefix = m.text("topic_prefix", "syncd")
+    assert prefix is not None
+    if not _PREFIX.fullmatch(prefix):
+        raise m.error("topic_prefix", "use letters, digits, '_', '-' and '/' between levels "
+                                      "(no wildcards, no leading or trailing '/')")
+    client_id = m.text("client_id", "") or ""
+    reconnect_min = m.number("reconnect_min", 0.5, 0.01, 3600)
+    mqtt = MqttConfig(
+        host=m.text("host", "127.0.0.1") or "127.0.0.1",
+        port=m.integer("port", 1883, 1, 65535),
+        topic_prefix=prefix,
+        client_id=client_id,
+        username=m.text("username"),
+        password_file=m.path_("password_file", base),
+        keepalive=m.integer("keepalive", 30, 5, 3600),
+        reconnect_min=reconnect_min,
+        reconnect_max=m.number("reconnect_max", 30.0, reconnect_min, 3600),
+    )
+
+    files = top.globs("files", ("events.jsonl",))
+    for f in files:
+        if not is_valid_name(f):
+            raise top.error("files", f"{f!r} is not a plain file name inside the key directory")
+    keys_table = data.get("keys", {})
+    if not isinstance(keys_table, dict):
+        raise top.error("keys", "must be a table of tables ([keys.<name>])")
+    keys: dict[str, KeyConfig] = {}
+    for name, table in keys_table.items():
+        if not is_valid_name(name):
+            raise top.error("keys", f"{name!r} is not a valid instance key")
+        if not isinstance(table, dict):
+            raise top.error("keys", f"keys.{name} must be a table")
+        k = _Reader(path, text, table, f"keys.{name}")
+        k.check_known(_KEY)
+        key_files = k.globs("files", files)
+        for f in key_files:
+            if not is_valid_name(f):
+                raise k.error("files", f"{f!r} is not a plain file name")
+        keys[name] = KeyConfig(files=key_files)
+
+    chunk = top.integer("chunk_bytes", 256 * 1024, 4096, 16 * 1024 * 1024)
+    return Config(
+        node=node,
+        runtimes_dir=runtimes_dir,
+        state_dir=state_dir,
+        mqtt=mqtt,
+        files=files,
+        include=top.globs("include", ("*",)),
+        exclude=top.globs("exclude", ()),
+        keys=keys,
+        chunk_bytes=chunk,
+        fetch_window_bytes=top.integer("fetch_window_bytes", max(16 * chunk, 4 << 20), chunk,
+                                   1 << 30),
+        sweep_interval=top.number("sweep_interval", 1.0, 0.05, 3600),
+        scrub_bytes_per_second=top.integer("scrub_bytes_per_second", 64 << 20, 0, 1 << 40),
+        scrub_interval=top.number("scrub_interval", 60.0, 1, 86400 * 7),
+        persist_interval=top.number("persist_interval", 1.0, 0.05, 3600),
+        request_timeout=top.number("request_timeout", 3.0, 0.1, 3600),
+        source=path,
+    )

@@ -1,0 +1,241 @@
+"""The wire format: topics and frames, encoded and decoded without any I/O.
+
+Topic layout under the configured prefix (P):
+
+    P/node/<node>                          retained presence, "offline" is the connection's will
+    P/pos/<node>/<key>/<file>              retained position of <node>'s copy (size + digest)
+    P/live/<node>/<key>/<file>             bytes <node> just got, for everyone
+    P/req/<to>/<from>/<key>/<file>         <from> asks <to> for bytes it is missing
+    P/fill/<to>/<from>/<key>/<file>        <from>'s answer to a request, for <to> only
+    P/refuse/<to>/<from>/<key>/<file>      <from> holds a different prefix than <to> claims
+
+Payloads are a 3-byte preamble (magic "sd" + version), a 4-byte big-endian header length, an
+orjson header, then (data frames only) the bytes themselves. Decoding validates every field and
+raises FrameError with a reason fit for a log line.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import orjson
+
+from syncd.ledger import DIGEST_SIZE
+from syncd.names import is_valid_name
+
+PREAMBLE = b"sd\x01"
+_HEADER_LEN = struct.Struct(">I")
+MAX_HEADER = 4096
+
+
+class FrameError(ValueError):
+    """A topic or payload that is not a valid syncd frame."""
+
+
+class Kind(Enum):
+    NODE = "node"
+    POS = "pos"
+    LIVE = "live"
+    REQ = "req"
+    FILL = "fill"
+    REFUSE = "refuse"
+
+
+_ADDRESSED = {Kind.REQ, Kind.FILL, Kind.REFUSE}
+
+
+@dataclass(frozen=True, slots=True)
+class Topic:
+    kind: Kind
+    sender: str
+    key: str = ""
+    file: str = ""
+    to: str = ""  # only for addressed kinds
+
+
+def topic_for(prefix: str, t: Topic) -> str:
+    if t.kind is Kind.NODE:
+        return f"{prefix}/node/{t.sender}"
+    if t.kind in _ADDRESSED:
+        return f"{prefix}/{t.kind.value}/{t.to}/{t.sender}/{t.key}/{t.file}"
+    return f"{prefix}/{t.kind.value}/{t.sender}/{t.key}/{t.file}"
+
+
+def subscriptions(prefix: str, node: str) -> list[str]:
+    return [
+        f"{prefix}/node/+",
+        f"{prefix}/pos/+/+/+",
+        f"{prefix}/live/+/+/+",
+        f"{prefix}/req/{node}/+/+/+",
+        f"{prefix}/fill/{node}/+/+/+",
+        f"{prefix}/refuse/{node}/+/+/+",
+    ]
+
+
+def parse_topic(prefix: str, topic: str) -> Topic:
+    if not topic.startswith(prefix + "/"):
+        raise FrameError(f"topic outside prefix: {topic[:200]!r}")
+    parts = topic[len(prefix) + 1 :].split("/")
+    try:
+        kind = Kind(parts[0])
+    except ValueError:
+        raise FrameError(f"unknown topic kind {parts[0][:50]!r}") from None
+    names = parts[1:]
+    expected = 1 if kind is Kind.NODE else 4 if kind in _ADDRESSED else 3
+    if len(names) != expected:
+        raise FrameError(f"{kind.value} topic needs {expected} levels, got {len(names)}")
+    for name in names:
+        if not is_valid_name(name):
+            raise FrameError(f"invalid name in topic: {name[:50]!r}")
+    if kind is Kind.NODE:
+        return Topic(kind, names[0])
+    if kind in _ADDRESSED:
+        to, sender, key, file = names
+        return Topic(kind, sender, key, file, to)
+    sender, key, file = names
+    return Topic(kind, sender, key, file)
+
+
+# --- payloads ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Presence:
+    online: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Announce:
+    """A host's position for one file; `frozen` names why it stopped replicating, if it did."""
+
+    size: int
+    digest: bytes
+    frozen: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Data:
+    """Bytes [offset, offset + len(data)) of a copy whose prefix up to offset has digest `base`."""
+
+    offset: int
+    base: bytes
+    data: bytes
+
+    @property
+    def end(self) -> int:
+        return self.offset + len(self.data)
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """'I hold `have` bytes with digest `digest`; send me [start, start + length).'"""
+
+    have: int
+    digest: bytes
+    start: int
+    length: int
+
+
+@dataclass(frozen=True, slots=True)
+class Refuse:
+    """'My prefix of length `offset` has digest `digest`, not the one you claimed.'"""
+
+    offset: int
+    digest: bytes
+
+
+Payload = Presence | Announce | Data | Request | Refuse
+
+
+def encode(payload: Payload) -> bytes:
+    body = b""
+    header: dict[str, Any]
+    match payload:
+        case Presence(online):
+            header = {"online": online}
+        case Announce(size, digest, frozen):
+            header = {"size": size, "digest": digest.hex(), "frozen": frozen}
+        case Data(offset, base, data):
+            header = {"offset": offset, "base": base.hex()}
+            body = data
+        case Request(have, digest, start, length):
+            header = {"have": have, "digest": digest.hex(), "start": start, "length": length}
+        case Refuse(offset, digest):
+            header = {"offset": offset, "digest": digest.hex()}
+    raw = orjson.dumps(header)
+    return PREAMBLE + _HEADER_LEN.pack(len(raw)) + raw + body
+
+
+def decode(kind: Kind, payload: bytes, max_data: int) -> Payload:
+    """Decode and validate a payload received on a topic of `kind`."""
+    if not payload.startswith(PREAMBLE):
+        raise FrameError("bad preamble (not a syncd frame, or another protocol version)")
+    start = len(PREAMBLE) + _HEADER_LEN.size
+    if len(payload) < start:
+        raise FrameError("truncated header length")
+    (hlen,) = _HEADER_LEN.unpack_from(payload, len(PREAMBLE))
+    if hlen > MAX_HEADER or start + hlen > len(payload):
+        raise FrameError(f"bad header length {hlen}")
+    try:
+        header = orjson.loads(payload[start : start + hlen])
+    except orjson.JSONDecodeError:
+        raise FrameError("header is not JSON") from None
+    if not isinstance(header, dict):
+        raise FrameError("header is not an object")
+    body = payload[start + hlen :]
+    if kind is not Kind.LIVE and kind is not Kind.FILL and body:
+        raise FrameError(f"{kind.value} frame carries unexpected bytes")
+    match kind:
+        case Kind.NODE:
+            return Presence(_bool(header, "online"))
+        case Kind.POS:
+            frozen = header.get("frozen")
+            if frozen is not None and (not isinstance(frozen, str) or len(frozen) > 200):
+                raise FrameError("field 'frozen' must be a short string or null")
+            return Announce(_count(header, "size"), _digest(header, "digest"), frozen)
+        case Kind.LIVE | Kind.FILL:
+            if not body:
+                raise FrameError("data frame without data")
+            if len(body) > max_data:
+                raise FrameError(f"data frame of {len(body)} bytes exceeds {max_data}")
+            if not body.endswith(b"\n"):
+                raise FrameError("data frame does not end with a whole line")
+            return Data(_count(header, "offset"), _digest(header, "base"), body)
+        case Kind.REQ:
+            return Request(
+                _count(header, "have"),
+                _digest(header, "digest"),
+                _count(header, "start"),
+                _count(header, "length"),
+            )
+        case Kind.REFUSE:
+            return Refuse(_count(header, "offset"), _digest(header, "digest"))
+    raise FrameError(f"unhandled kind {kind}")  # pragma: no cover
+
+
+def _count(header: dict[str, Any], name: str) -> int:
+    value = header.get(name)
+    # bool is an int in Python; reject it explicitly.
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**63:
+        raise FrameError(f"field {name!r} must be a non-negative integer")
+    return value
+
+
+def _bool(header: dict[str, Any], name: str) -> bool:
+    value = header.get(name)
+    if not isinstance(value, bool):
+        raise FrameError(f"field {name!r} must be true or false")
+    return value
+
+
+def _digest(header: dict[str, Any], name: str) -> bytes:
+    value = header.get(name)
+    if not isinstance(value, str) or len(value) != 2 * DIGEST_SIZE:
+        raise FrameError(f"field {name!r} must be a {DIGEST_SIZE}-byte hex digest")
+    try:
+        return bytes.fromhex(value)
+    except ValueError:
+        raise FrameError(f"field {name!r} is not hex") from None

@@ -1,0 +1,156 @@
+"""What a host knows about the bytes of one copy: its size and digests of every prefix.
+
+Theory of operation
+-------------------
+A copy is cut into fixed blocks of BLOCK bytes. We keep a *chain* value after every full block:
+
+    chain[0] = 32 zero bytes
+    chain[i + 1] = sha256(chain[i] || sha256(block i))
+
+and the digest of the prefix of length N is
+
+    prefix_digest(N) = sha256(chain[N // BLOCK] || sha256(bytes[(N // BLOCK) * BLOCK : N]) || N)
+
+So the digest of any prefix costs at most one block of hashing (the partial block), the digest
+at the current end costs nothing (the partial block's hasher runs as bytes are appended), and two
+hosts can find their first differing block by comparing chain values, which only ever diverge
+once (a chain that differs at i differs at every later index).
+
+hashlib objects cannot be serialised, so a restart rebuilds the partial-block hasher by reading
+at most one block from disk; the chain itself is persisted.
+
+This module is pure: no files, no clocks. Callers hand it bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from dataclasses import dataclass
+
+BLOCK = 64 * 1024
+DIGEST_SIZE = 32
+ZERO_CHAIN = bytes(DIGEST_SIZE)
+
+
+def _finish(chain: bytes, partial_digest: bytes, size: int) -> bytes:
+    return hashlib.sha256(chain + partial_digest + struct.pack(">Q", size)).digest()
+
+
+def block_start(offset: int) -> int:
+    """Offset of the first byte of the block that holds `offset` (the partial block's start)."""
+    return offset - offset % BLOCK
+
+
+class Ledger:
+    """Size and prefix digests of one copy. Only grows: `extend` is the one way to change it."""
+
+    __slots__ = ("_chain", "_partial", "_partial_len", "_size")
+
+    def __init__(self) -> None:
+        self._chain: list[bytes] = [ZERO_CHAIN]
+        self._partial = hashlib.sha256()
+        self._partial_len = 0
+        self._size = 0
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    @property
+    def chain(self) -> list[bytes]:
+        """chain[i] covers the first i full blocks. Read-only by convention."""
+        return self._chain
+
+    def extend(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            room = BLOCK - self._partial_len
+            piece = view[:room]
+            self._partial.update(piece)
+            self._partial_len += len(piece)
+            self._size += len(piece)
+            view = view[room:]
+            if self._partial_len == BLOCK:
+                self._chain.append(
+                    hashlib.sha256(self._chain[-1] + self._partial.digest()).digest()
+                )
+                self._partial = hashlib.sha256()
+                self._partial_len = 0
+
+    def digest(self) -> bytes:
+        """Digest of the whole prefix this ledger covers (O(1))."""
+        return _finish(self._chain[-1], self._partial.digest(), self._size)
+
+    def partial_digest(self) -> bytes:
+        """sha256 of the bytes after the last full block: what a restart checks against disk."""
+        return self._partial.digest()
+
+    def digest_at(self, offset: int, partial: bytes) -> bytes:
+        """Digest of the prefix of length `offset` <= size.
+
+        `partial` must be the copy's bytes [block_start(offset), offset): the caller reads them.
+        """
+        if not 0 <= offset <= self._size:
+            raise ValueError(f"offset {offset} outside 0..{self._size}")
+        if offset == self._size:
+            return self.digest()
+        if len(partial) != offset - block_start(offset):
+            raise ValueError("partial block has the wrong length")
+        return _finish(self._chain[offset // BLOCK], hashlib.sha256(partial).digest(), offset)
+
+    def first_changed_block(self, other_chain: list[bytes]) -> int | None:
+        """Index of the first full block whose chain differs from `other_chain`, if any.
+
+        Only the blocks both chains cover are compared.
+        """
+        n = min(len(self._chain), len(other_chain))
+        for i in range(1, n):
+            if self._chain[i] != other_chain[i]:
+                return i - 1
+        return None
+
+    @classmethod
+    def restore(cls, chain: list[bytes], size: int, partial: bytes) -> Ledger:
+        """Rebuild from a persisted chain and the partial block read back from disk."""
+        full_blocks = size // BLOCK
+        if len(chain) < full_blocks + 1:
+            raise ValueError("persisted chain is shorter than the persisted size")
+        if len(partial) != size - full_blocks * BLOCK:
+            raise ValueError("partial block has the wrong length")
+        ledger = cls()
+        ledger._chain = chain[: full_blocks + 1]
+        ledger._partial.update(partial)
+        ledger._partial_len = len(partial)
+        ledger._size = size
+        return ledger
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """What a host announces about its copy: length and digest of the prefix it holds."""
+
+    size: int
+    digest: bytes
+
+    @staticmethod
+    def empty() -> Position:
+        return Position(0, Ledger().digest())
+
+
+def digest_of(data: bytes) -> bytes:
+    """Prefix digest of a complete byte string (for tests and one-shot checks)."""
+    ledger = Ledger()
+    ledger.extend(data)
+    return ledger.digest()
+
+
+__all__ = [
+    "BLOCK",
+    "DIGEST_SIZE",
+    "Ledger",
+    "Position",
+    "block_start",
+    "digest_of",
+]
+

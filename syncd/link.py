@@ -1,0 +1,150 @@
+"""The MQTT link: one broker connection, kept up for the life of the daemon.
+
+Contract (what happens when the broker goes away):
+- `run()` connects, subscribes, and calls `on_connected` each time a connection is made, then
+  hands every message to `on_message`. When the connection drops it retries forever with
+  exponential backoff and jitter, logging once per change of state, not once per attempt.
+- `publish()` never blocks and never raises: while disconnected it drops the message and
+  returns False. Nothing relies on the broker to queue or deliver: positions are retained and
+  re-announced on every connect, and missing bytes are requested again (anti-entropy).
+- Sessions are clean: the broker keeps nothing for us between connections, so nothing stale
+  is replayed and a broker restart without persistence loses nothing we need.
+- QoS 1 everywhere; the will marks this node offline when the connection dies uncleanly.
+
+It knows nothing about files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Awaitable, Callable
+
+import aiomqtt
+
+from syncd import frames
+from syncd.config import Config
+
+log = logging.getLogger("syncd.link")
+
+
+class Link:
+    def __init__(
+        self,
+        config: Config,
+        on_message: Callable[[str, bytes], None],
+        on_connected: Callable[[], Awaitable[None]],
+    ) -> None:
+        self._config = config
+        self._on_message = on_message
+        self._on_connected = on_connected
+        self._client: aiomqtt.Client | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.connected = asyncio.Event()
+        self.reconnects = 0
+        m = config.mqtt
+        self.broker = f"{m.host}:{m.port}"
+        self._presence_topic = frames.topic_for(
+            m.topic_prefix, frames.Topic(frames.Kind.NODE, config.node)
+        )
+
+    def _make_client(self) -> aiomqtt.Client:
+        m = self._config.mqtt
+        will = aiomqtt.Will(
+            self._presence_topic, frames.encode(frames.Presence(False)), qos=1, retain=True
+        )
+        return aiomqtt.Client(
+            m.host,
+            m.port,
+            identifier=self._config.client_id,
+            username=m.username,
+            password=self._config.password(),
+            will=will,
+            clean_session=True,
+            keepalive=m.keepalive,
+            timeout=10,
+            max_inflight_messages=100,
+            logger=logging.getLogger("syncd.mqtt"),
+        )
+
+    async def run(self) -> None:
+        m = self._config.mqtt
+        delay = m.reconnect_min
+        failing_since: str | None = None
+        attempts = 0
+        while True:
+            client = self._make_client()
+            try:
+                async with client:
+                    self._client = client
+                    for topic in frames.subscriptions(m.topic_prefix, self._config.node):
+                        await client.subscribe(topic, qos=1)
+                    await client.publish(
+                        self._presence_topic, frames.encode(frames.Presence(True)),
+                        qos=1, retain=True,
+                    )
+                    if failing_since is not None:
+                        log.info("connected to broker %s after %d failed attempts",
+                                 self.broker, attempts)
+                    else:
+                        log.info("connected to broker %s as %s", self.broker,
+                                 self._config.client_id)
+                    failing_since, attempts, delay = None, 0, m.reconnect_min
+                    self.connected.set()
+                    await self._on_connected()
+                    async for message in client.messages:
+                        payload = message.payload
+                        if isinstance(payload, bytes | bytearray):
+                            self._on_message(message.topic.value, bytes(payload))
+            except aiomqtt.MqttError as e:
+                self.connected.clear()
+                self._client = None
+                attempts += 1
+                reason = str(e) or type(e).__name__
+                if failing_since is None:
+                    failing_since = reason
+                    log.warning("broker %s unreachable or lost (%s); retrying with backoff "
+                                "(%.1fs..%.0fs)", self.broker, reason, m.reconnect_min,
+                                m.reconnect_max)
+                elif reason != failing_since:
+                    failing_since = reason
+                    log.warning("broker %s still unavailable: %s", self.broker, reason)
+                else:
+                    log.debug("broker %s: attempt %d failed: %s", self.broker, attempts, reason)
+                self.reconnects += 1
+                # Full jitter keeps a fleet of hosts from reconnecting in lockstep.
+                await asyncio.sleep(random.uniform(m.reconnect_min, delay))
+                delay = min(m.reconnect_max, delay * 2)
+            finally:
+                self.connected.clear()
+                self._client = None
+
+    def publish(self, topic: str, payload: bytes, retain: bool = False) -> bool:
+        """Queue a QoS 1 publish. Calls made in order reach the broker in order."""
+        client = self._client
+        if client is None:
+            return False
+        # The paho publish inside runs before the coroutine's first await, so tasks created
+        # in order hand their messages to the socket in order.
+        task = asyncio.get_running_loop().create_task(self._publish(client, topic, payload,
+                                                                    retain))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return True
+
+    @staticmethod
+    async def _publish(client: aiomqtt.Client, topic: str, payload: bytes, retain: bool) -> None:
+        try:
+            await client.publish(topic, payload, qos=1, retain=retain, timeout=30)
+        except aiomqtt.MqttError as e:
+            log.debug("publish to %s dropped: %s", topic, e)
+
+    async def close(self) -> None:
+        """Say goodbye cleanly (presence offline, retained) if connected."""
+        client = self._client
+        if client is not None:
+            with contextlib.suppress(aiomqtt.MqttError, asyncio.TimeoutError):
+                await client.publish(self._presence_topic, frames.encode(frames.Presence(False)),
+                                     qos=1, retain=True, timeout=2)

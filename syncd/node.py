@@ -1,0 +1,260 @@
+"""The daemon: finds instance keys, owns their replicas, and wires watcher, sweep and link.
+
+It routes, it does not decide: frames go to the replica of their (key, file), filesystem hints
+to the replica of their path. It also answers the control socket (`syncd status`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from syncd import frames
+from syncd.config import Config
+from syncd.frames import FrameError, Kind
+from syncd.link import Link
+from syncd.persist import RecordStore
+from syncd.replica import Replica
+from syncd.scrub import scrub_forever
+from syncd.watcher import Watcher
+
+log = logging.getLogger("syncd.node")
+
+SOCKET_NAME = "syncd.sock"
+_EVENT_OF_KIND = {Kind.POS: "pos", Kind.LIVE: "data", Kind.FILL: "data", Kind.REQ: "req",
+                  Kind.REFUSE: "refuse"}
+
+
+class StartupError(Exception):
+    """The daemon cannot start (directories, permissions); the message says what to fix."""
+
+
+class Node:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.node = config.node
+        self.chunk_bytes = config.chunk_bytes
+        self.fetch_window = config.fetch_window_bytes
+        self.request_timeout = config.request_timeout
+        self.records = RecordStore(config.state_dir)
+        self.replicas: dict[tuple[str, str], Replica] = {}
+        self.presence: dict[str, bool] = {}
+        self.rejected = 0
+        self._last_reject_log = 0.0
+        self._prefix = config.mqtt.topic_prefix
+        self.link = Link(config, self._on_message, self._on_connected)
+        self._watcher = Watcher(config.runtimes_dir, self._on_hint)
+        self._stop = asyncio.Event()
+        self._durable_hooks: list[Callable[[str, str, int], None]] = []
+        self.started = time.time()
+
+    # --- Host protocol for replicas ---------------------------------------------------------
+
+    def send(self, kind: Kind, key: str, file: str, payload: frames.Payload, to: str = "",
+             retain: bool = False) -> None:
+        topic = frames.topic_for(self._prefix, frames.Topic(kind, self.node, key, file, to))
+        self.link.publish(topic, frames.encode(payload), retain=retain)
+
+    def is_online(self, node: str) -> bool:
+        return self.presence.get(node, False)
+
+    def durable(self, key: str, file: str, size: int) -> None:
+        for hook in self._durable_hooks:
+            hook(key, file, size)
+
+    def on_durable(self, hook: Callable[[str, str, int], None]) -> None:
+        """Call `hook(key, file, size)` each time bytes become durable here (tests, bench)."""
+        self._durable_hooks.append(hook)
+
+    # --- lifetime ---------------------------------------------------------------------------
+
+    def check_dirs(self) -> None:
+        rt, sd = self.config.runtimes_dir, self.config.state_dir
+        if not rt.is_dir():
+            raise StartupError(f"runtimes_dir {rt} does not exist or is not a directory "
+                               "(create it, or fix runtimes_dir in the config)")
+        if not os.access(rt, os.R_OK | os.W_OK | os.X_OK):
+            raise StartupError(f"runtimes_dir {rt} is not readable and writable by this user")
+        try:
+            sd.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StartupError(f"state_dir {sd} cannot be created: {e.strerror}") from None
+        if not os.access(sd, os.R_OK | os.W_OK | os.X_OK):
+            raise StartupError(f"state_dir {sd} is not readable and writable by this user")
+
+    async def run(self, ready: Callable[[], None] | None = None) -> None:
+        """Run until `stop()`; `ready` is called once replicas are loaded and the link is up."""
+        self.check_dirs()
+        self._discover()
+        self._watcher.start()
+        tasks = [
+            asyncio.create_task(self.link.run(), name="link"),
+            asyncio.create_task(self._sweep_forever(), name="sweep"),
+            asyncio.create_task(scrub_forever(self), name="scrub"),
+        ]
+        server = await asyncio.start_unix_server(self._serve_control, self.socket_path)
+        os.chmod(self.socket_path, 0o660)
+        log.info("node %s watching %s (%d files), state in %s", self.node,
+                 self.config.runtimes_dir, len(self.replicas), self.config.state_dir)
+        try:
+            if ready is not None:
+                await self._wait_ready()
+                ready()
+            await self._stop.wait()
+        finally:
+            server.close()
+            self._watcher.stop()
+            await self.link.close()
+            for t in tasks:
+                t.cancel()
+            for t in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await t
+            for r in self.replicas.values():
+                await r.stop()
+            with contextlib.suppress(FileNotFoundError):
+                self.socket_path.unlink()
+            log.info("node %s stopped", self.node)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    @property
+    def socket_path(self) -> Path:
+        return self.config.state_dir / SOCKET_NAME
+
+    async def _wait_ready(self) -> None:
+        await self.link.connected.wait()
+        for r in list(self.replicas.values()):
+            await r.loaded.wait()
+
+    # --- discovery and hints ----------------------------------------------------------------
+
+    def _replica(self, key: str, file: str) -> Replica | None:
+        r = self.replicas.get((key, file))
+        if r is None:
+            if not self.config.wants_key(key) or file not in self.config.files_of(key):
+                return None
+            r = Replica(self, key, file, self.config.runtimes_dir / key / file)
+            self.replicas[(key, file)] = r
+            r.start()
+        return r
+
+    def _discover(self) -> None:
+        try:
+            entries = list(os.scandir(self.config.runtimes_dir))
+        except OSError as e:
+            log.error("cannot list runtimes_dir %s: %s", self.config.runtimes_dir, e.strerror)
+            return
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False) and self.config.wants_key(entry.name):
+                for file in self.config.files_of(entry.name):
+                    self._replica(entry.name, file)
+
+    def _on_hint(self, path: str) -> None:
+        try:
+            rel = Path(path).relative_to(self.config.runtimes_dir)
+        except ValueError:
+            return
+        parts = rel.parts
+        if len(parts) == 1:
+            if self.config.wants_key(parts[0]):
+                for file in self.config.files_of(parts[0]):
+                    r = self._replica(parts[0], file)
+                    if r is not None:
+                        r.hint_local()
+        elif len(parts) == 2:
+            found = self.replicas.get((parts[0], parts[1]))
+            if found is None and Path(path).is_file():
+                found = self._replica(parts[0], parts[1])
+            if found is not None:
+                found.hint_local()
+
+    async def _sweep_forever(self) -> None:
+        # The safety net under the watcher: inotify can merge or drop events.
+        while True:
+            await asyncio.sleep(self.config.sweep_interval)
+            self._discover()
+            for r in list(self.replicas.values()):
+                r.hint_local()
+                r.deliver("tick", "", None)
+
+    # --- the link ---------------------------------------------------------------------------
+
+    async def _on_connected(self) -> None:
+        for r in self.replicas.values():
+            if not r.verifying:
+                r.deliver("tick", "", None)
+                self.send(Kind.POS, r.key, r.file,
+                          frames.Announce(r.position.size, r.position.digest, r.frozen),
+                          retain=True)
+
+    def _on_message(self, topic: str, payload: bytes) -> None:
+        try:
+            t = frames.parse_topic(self._prefix, topic)
+            if t.sender == self.node:
+                return  # our own live bytes and retained positions echo back: not news
+            body = frames.decode(t.kind, payload, max_data=max(self.chunk_bytes, 16 << 20))
+        except FrameError as e:
+            self._reject(topic, str(e))
+            return
+        if t.kind is Kind.NODE:
+            assert isinstance(body, frames.Presence)
+            was = self.presence.get(t.sender)
+            self.presence[t.sender] = body.online
+            if was != body.online:
+                log.info("peer %s is %s", t.sender, "online" if body.online else "offline")
+                for each in self.replicas.values():
+                    each.deliver("tick", "", None)
+            return
+        replica = self._replica(t.key, t.file)
+        if replica is not None:
+            replica.deliver(_EVENT_OF_KIND[t.kind], t.sender, body)
+
+    def _reject(self, topic: str, reason: str) -> None:
+        self.rejected += 1
+        now = time.monotonic()
+        # One line per 10 s at most: a hostile client must not flood the log.
+        if now - self._last_reject_log >= 10:
+            self._last_reject_log = now
+            log.warning("rejected frame on %r: %s (%d rejected so far)", topic[:200], reason,
+                        self.rejected)
+
+    # --- control socket ---------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        files = [r.status() for _, r in sorted(self.replicas.items())]
+        return {
+            "node": self.node,
+            "broker": self.link.broker,
+            "connected": self.link.connected.is_set(),
+            "peers": {n: {"online": o} for n, o in sorted(self.presence.items())},
+            "rejected_frames": self.rejected,
+            "uptime_s": round(time.time() - self.started, 1),
+            "files": files,
+        }
+
+    async def _serve_control(self, reader: asyncio.StreamReader,
+                             writer: asyncio.StreamWriter) -> None:
+        try:
+            line = await asyncio.wait_for(reader.readline(), timeout=5)
+            request = orjson.loads(line) if line.strip() else {}
+            cmd = request.get("cmd") if isinstance(request, dict) else None
+            if cmd == "status":
+                reply: dict[str, Any] = {"ok": True, "status": self.status()}
+            else:
+                reply = {"ok": False, "error": f"unknown command {cmd!r}"}
+            writer.write(orjson.dumps(reply) + b"\n")
+            await writer.drain()
+        except (TimeoutError, orjson.JSONDecodeError, ConnectionError):
+            pass
+        finally:
+            writer.close()

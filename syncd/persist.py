@@ -1,0 +1,130 @@
+"""What survives a restart, per replicated file, under `state_dir/files/<key>/`.
+
+    <file>.json    size, identity (dev, inode, mtime, ctime) and partial-block digest of the
+                   copy when it was last recorded, and the freeze, if any (atomic rename)
+    <file>.chain   the ledger's chain values, 32 bytes each; only ever appended to, except
+                   when the ledger is rebuilt after a detected edit
+
+A restart trusts the chain only if the file's identity is unchanged (git's index does the same;
+ctime cannot be set from user space), and otherwise rehashes the file before replicating it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from syncd.ledger import DIGEST_SIZE
+
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class Freeze:
+    """Why a file stopped replicating. Kept until an operator resolves it."""
+
+    reason: str  # "diverged", "reset" or "edited"
+    detail: str
+    since: float
+    peer: str | None = None
+    offset: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class FileRecord:
+    """The ledger's position and the file's identity when that position was recorded."""
+
+    size: int
+    digest: bytes
+    file_size: int  # the file may hold a torn line past `size`
+    dev: int
+    ino: int
+    mtime_ns: int
+    ctime_ns: int
+    partial: bytes
+    freeze: Freeze | None = None
+    diverged_peers: dict[str, Freeze] = field(default_factory=dict)
+
+
+class RecordStore:
+    def __init__(self, state_dir: Path) -> None:
+        self.root = state_dir / "files"
+        self._chain_written: dict[tuple[str, str], int] = {}
+
+    def _paths(self, key: str, file: str) -> tuple[Path, Path]:
+        d = self.root / key
+        return d / f"{file}.json", d / f"{file}.chain"
+
+    def load(self, key: str, file: str) -> tuple[FileRecord, list[bytes]] | None:
+        meta_path, chain_path = self._paths(key, file)
+        try:
+            meta = orjson.loads(meta_path.read_bytes())
+            raw = chain_path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except (OSError, orjson.JSONDecodeError) as e:
+            raise ValueError(f"unreadable state for {key}/{file}: {e}") from None
+        if meta.get("version") != VERSION:
+            return None
+        chain = [raw[i : i + DIGEST_SIZE] for i in range(0, len(raw) - DIGEST_SIZE + 1,
+                                                          DIGEST_SIZE)]
+
+        def freeze(d: dict[str, Any] | None) -> Freeze | None:
+            return Freeze(**d) if d else None
+
+        record = FileRecord(
+            size=meta["size"], digest=bytes.fromhex(meta["digest"]),
+            file_size=meta["file_size"], dev=meta["dev"], ino=meta["ino"],
+            mtime_ns=meta["mtime_ns"], ctime_ns=meta["ctime_ns"],
+            partial=bytes.fromhex(meta["partial"]),
+            freeze=freeze(meta.get("freeze")),
+            diverged_peers={k: Freeze(**v) for k, v in meta.get("diverged_peers", {}).items()},
+        )
+        self._chain_written[(key, file)] = len(chain)
+        return record, chain
+
+    def save(self, key: str, file: str, record: FileRecord, chain: list[bytes]) -> None:
+        """Persist durably: chain first (appending what is new), then the record."""
+        meta_path, chain_path = self._paths(key, file)
+        meta_path.parent.mkdir(parents=True, exist_ok=True)
+        written = self._chain_written.get((key, file), 0)
+        if written > len(chain) or not chain_path.exists():
+            written = 0
+        mode = "ab" if written else "wb"
+        if mode == "wb":
+            _atomic_write(chain_path, b"".join(chain))
+        elif written < len(chain):
+            with chain_path.open("ab") as f:
+                f.write(b"".join(chain[written:]))
+                f.flush()
+                os.fdatasync(f.fileno())
+        self._chain_written[(key, file)] = len(chain)
+        meta = {
+            "version": VERSION, "size": record.size, "digest": record.digest.hex(),
+            "file_size": record.file_size, "dev": record.dev, "ino": record.ino,
+            "mtime_ns": record.mtime_ns, "ctime_ns": record.ctime_ns,
+            "partial": record.partial.hex(),
+            "freeze": record.freeze.to_json() if record.freeze else None,
+            "diverged_peers": {k: v.to_json() for k, v in record.diverged_peers.items()},
+        }
+        _atomic_write(meta_path, orjson.dumps(meta, option=orjson.OPT_INDENT_2))
+
+    def forget_chain(self, key: str, file: str) -> None:
+        """The ledger was rebuilt: the next save rewrites the chain file whole (atomically)."""
+        self._chain_written.pop((key, file), None)
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    tmp.replace(path)

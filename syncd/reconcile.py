@@ -1,0 +1,143 @@
+"""The reconcile rule, stated once: the longer tail wins, and the shared prefix must agree.
+
+Every decision syncd takes about bytes lives here, as pure functions of positions and digests.
+They never ask where bytes came from (the local writer or a peer) and never touch files,
+sockets or clocks: the caller reads what a decision needs and carries out what it returns.
+
+Theory of operation
+-------------------
+A host's copy is described by a Position (size, digest of that prefix). Two positions are
+*consistent* when the shorter is a prefix of the longer, which we check by comparing the
+longer host's digest of its prefix at the shorter size with the shorter host's digest.
+- Data for [offset, end) is appended only when offset equals our size and the sender's digest
+  of its prefix at offset equals ours (fast-forward only).
+- Data that starts below our size is a duplicate (or an overlap) and is ignored: our position
+  announcement makes the sender, or anyone, send what we still lack.
+- Data that starts past our size is a gap: we ask for the range.
+- Any digest mismatch at equal offsets is a divergence: nothing is written, the file freezes.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from syncd.ledger import Position
+
+
+class Verdict(Enum):
+    APPEND = "append"
+    DUPLICATE = "duplicate"
+    GAP = "gap"
+    DIVERGED = "diverged"
+
+
+def judge_data(local: Position, offset: int, base: bytes) -> Verdict:
+    """What to do with bytes that start at `offset` after a prefix with digest `base`."""
+    if offset == local.size:
+        return Verdict.APPEND if base == local.digest else Verdict.DIVERGED
+    if offset < local.size:
+        return Verdict.DUPLICATE
+    return Verdict.GAP
+
+
+class PeerState(Enum):
+    """A peer's copy as seen from here."""
+
+    IN_SYNC = "in_sync"
+    AHEAD = "ahead"  # the peer holds more; consistency is checked when it answers a request
+    BEHIND = "behind"  # the peer holds a prefix of our copy
+    DIVERGED = "diverged"
+
+
+def judge_peer(local: Position, peer: Position, ours_at_peer_size: bytes | None) -> PeerState:
+    """Compare a peer's announced position with ours.
+
+    `ours_at_peer_size` is our digest of the prefix of length peer.size; it is needed (and
+    only computable) when peer.size <= local.size.
+    """
+    if peer.size > local.size:
+        return PeerState.AHEAD
+    if ours_at_peer_size is None:
+        raise ValueError("our digest at the peer's size is needed when the peer is not ahead")
+    if ours_at_peer_size != peer.digest:
+        return PeerState.DIVERGED
+    return PeerState.IN_SYNC if peer.size == local.size else PeerState.BEHIND
+
+
+def judge_request(local_size: int, have: int, theirs: bytes, ours_at_have: bytes | None) -> Verdict:
+    """Whether to answer a request from a host that holds `have` bytes with digest `theirs`.
+
+    APPEND means: send it what we hold past `have`. DUPLICATE: we hold nothing it lacks.
+    """
+    if have >= local_size:
+        if have == local_size and ours_at_have is not None and ours_at_have != theirs:
+            return Verdict.DIVERGED
+        return Verdict.DUPLICATE
+    if ours_at_have is None:
+        raise ValueError("our digest at the requester's size is needed")
+    return Verdict.APPEND if ours_at_have == theirs else Verdict.DIVERGED
+
+
+def choose_source(local_size: int, peers: dict[str, tuple[int, bool]]) -> str | None:
+    """The peer to fetch missing bytes from: the one holding the most, among usable ones.
+
+    `peers` maps node -> (announced size, usable); usable means online, not frozen and not
+    diverged from us. Ties go to the lowest node id, so the choice is stable.
+    """
+    best: tuple[int, str] | None = None
+    for node, (size, usable) in sorted(peers.items()):
+        if usable and size > local_size and (best is None or size > best[0]):
+            best = (size, node)
+    return best[1] if best else None
+
+
+class LocalChange(Enum):
+    """What a stat of the local file says happened since we last looked."""
+
+    NONE = "none"
+    GROWTH = "growth"  # more bytes than the ledger covers (maybe only a torn line)
+    TOUCHED = "touched"  # same size, new mtime: possibly an in-place edit, check the bytes
+    RESET = "reset"  # shorter than what we hold, deleted, or a new inode
+
+
+def classify_local(
+    ledger_size: int,
+    known_inode: tuple[int, int] | None,
+    seen: tuple[int, int] | None,
+    now: tuple[int, int, int, int] | None,
+) -> LocalChange:
+    """Classify a fresh stat of the local file.
+
+    known_inode: (dev, ino) the ledger describes, or None when no file was ever seen.
+    seen: (size, mtime_ns) at the previous look. now: (dev, ino, size, mtime_ns) or None if
+    the file is missing.
+    """
+    if now is None:
+        return LocalChange.RESET if ledger_size > 0 else LocalChange.NONE
+    dev, ino, size, mtime = now
+    if known_inode is not None and (dev, ino) != known_inode and ledger_size > 0:
+        return LocalChange.RESET
+    if size < ledger_size:
+        return LocalChange.RESET
+    if size > ledger_size and (seen is None or (size, mtime) != seen):
+        return LocalChange.GROWTH
+    if seen is not None and (size, mtime) != seen:
+        return LocalChange.TOUCHED
+    return LocalChange.NONE
+
+
+def file_state(frozen: str | None, verifying: bool, peers: list[PeerState]) -> str:
+    """One word for status: verifying, a freeze reason, diverged, behind, ahead, in_sync, alone."""
+    if verifying:
+        return "verifying"
+    if frozen is not None:
+        return frozen
+    if PeerState.DIVERGED in peers:
+        return "diverged"
+    if PeerState.AHEAD in peers:
+        return "behind"
+    if PeerState.BEHIND in peers:
+        return "ahead"
+    if not peers:
+        return "alone"
+    return "in_sync"

@@ -1,0 +1,595 @@
+"""One replicated file on this host: its ledger, what peers hold, and one task that acts.
+
+Everything that touches the file goes through this replica's task, one event at a time, so a
+local append, a peer's bytes and a peer's request never race each other. The decisions come
+from `reconcile`; this module reads and writes what they need and publishes what they say.
+
+Events: "local" (the watcher or the sweep says: look at the file), a peer's position, data,
+request or refusal, "tick" (time passed: retry a stalled fetch, persist), and "scrub" (check
+the bytes already shipped against the ledger).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from syncd import frames, store
+from syncd.frames import Announce, Data, Refuse, Request
+from syncd.ledger import BLOCK, Ledger, Position, block_start
+from syncd.persist import FileRecord, Freeze, RecordStore
+from syncd.reconcile import (
+    LocalChange,
+    PeerState,
+    Verdict,
+    choose_source,
+    classify_local,
+    file_state,
+    judge_data,
+    judge_peer,
+    judge_request,
+)
+
+log = logging.getLogger("syncd.replica")
+
+
+class Host(Protocol):
+    """What a replica needs from the node that owns it."""
+
+    node: str
+    chunk_bytes: int
+    fetch_window: int
+    request_timeout: float
+    records: RecordStore
+
+    def send(self, kind: frames.Kind, key: str, file: str, payload: frames.Payload,
+             to: str = "", retain: bool = False) -> None: ...
+
+    def is_online(self, node: str) -> bool: ...
+
+    def durable(self, key: str, file: str, size: int) -> None: ...
+
+
+@dataclass
+class PeerView:
+    position: Position
+    frozen: str | None
+    state: PeerState = PeerState.AHEAD
+    verified: bool = False  # consistency checked for this position
+
+
+@dataclass
+class Fetch:
+    peer: str
+    upto: int
+    deadline: float
+
+
+Event = tuple[str, str, object]  # (what, from node, payload)
+
+
+class Replica:
+    def __init__(self, host: Host, key: str, file: str, path: Path) -> None:
+        self.host = host
+        self.key = key
+        self.file = file
+        self.path = path
+        self.ledger: Ledger | None = None  # None until verified at start, or frozen meanwhile
+        self.position = Position.empty()  # what we announce
+        self.inode: tuple[int, int] | None = None
+        self.seen: tuple[int, int] | None = None
+        self.freeze: Freeze | None = None
+        self.diverged: dict[str, Freeze] = {}
+        self.peers: dict[str, PeerView] = {}
+        self.fetch: Fetch | None = None
+        self.verifying = True
+        self.record_dirty = False
+        self.last_persist = 0.0
+        self._unsynced = 0  # bytes written but not yet fdatasync'ed: never recorded as held
+        self.last_stat: store.Stat | None = None
+        self.counters = {"shipped_bytes": 0, "applied_bytes": 0, "served_bytes": 0}
+        self._inbox: deque[Event] = deque()
+        self._local_pending = False
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.loaded = asyncio.Event()  # set once the start-up check is done (even if it failed)
+
+    # --- intake (called on the event loop, never blocks) ------------------------------------
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=self.name)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        self.persist(force=True)
+
+    @property
+    def name(self) -> str:
+        return f"{self.key}/{self.file}"
+
+    def hint_local(self) -> None:
+        if not self._local_pending:
+            self._local_pending = True
+            self._wake.set()
+
+    def deliver(self, what: str, sender: str, payload: object) -> None:
+        self._inbox.append((what, sender, payload))
+        self._wake.set()
+
+    @property
+    def frozen(self) -> str | None:
+        if self.freeze is not None:
+            return self.freeze.reason
+        return "diverged" if self.diverged else None
+
+    # --- the task ---------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        try:
+            await self._load()
+        except Exception:
+            log.exception("%s: cannot load; this file is not replicated", self.name)
+            return
+        finally:
+            self.verifying = False
+            self.loaded.set()
+        self._announce()
+        self._local_pending = True
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            try:
+                await self._drain()
+            except asyncio.CancelledError:
+                raise
+            except OSError as e:
+                # Disk full, permissions, a vanished directory: say so, keep everything, retry
+                # on the next event or tick.
+                log.error("%s: I/O error: %s (will retry)", self.name, e)
+            except Exception:
+                log.exception("%s: unexpected error (will retry)", self.name)
+
+    async def _drain(self) -> None:
+        while self._inbox or self._local_pending:
+            if self._local_pending:
+                self._local_pending = False
+                await self._look_local()
+                continue
+            what, sender, payload = self._inbox.popleft()
+            match what:
+                case "pos":
+                    assert isinstance(payload, Announce)
+                    self._on_announce(sender, payload)
+                case "data":
+                    assert isinstance(payload, Data)
+                    self._on_data(sender, payload)
+                    if self._unsynced >= self.host.fetch_window:
+                        await self._make_durable()
+                case "req":
+                    assert isinstance(payload, Request)
+                    self._on_request(sender, payload)
+                case "refuse":
+                    assert isinstance(payload, Refuse)
+                    self._on_refuse(sender, payload)
+                case "tick":
+                    self._on_tick()
+                case "scrub":
+                    await self._check_whole_file("scrub")
+        await self._make_durable()
+        self.persist()
+
+    async def _make_durable(self) -> None:
+        """One fdatasync for a batch of applied bytes, then (and only then) tell everyone."""
+        if not self._unsynced:
+            return
+        await asyncio.to_thread(store.sync, self.path)
+        self._unsynced = 0
+        assert self.ledger is not None
+        self.host.durable(self.key, self.file, self.ledger.size)
+        self._after_growth()
+        self._maybe_fetch()
+
+    # --- start-up: re-establish the ledger without trusting a changed file -----------------
+
+    async def _load(self) -> None:
+        loaded = self.host.records.load(self.key, self.file)
+        st = store.stat(self.path)
+        if loaded is None:
+            self.ledger = await asyncio.to_thread(store.hash_file, self.path) if st else Ledger()
+            self._adopt_stat(st)
+            self.record_dirty = True
+            return
+        rec, chain = loaded
+        self.freeze, self.diverged = rec.freeze, dict(rec.diverged_peers)
+        self.position = Position(rec.size, rec.digest)
+        if st is None:
+            if rec.size > 0 and self.freeze is None:
+                self._freeze("reset", f"file deleted while syncd was stopped (held {rec.size} "
+                                      "bytes)")
+            if rec.size == 0:
+                self.ledger = Ledger()
+            return
+        if rec.size > 0 and st.inode != (rec.dev, rec.ino):
+            if self.freeze is None:
+                self._freeze("reset", "file replaced (new inode) while syncd was stopped")
+            return
+        if st.size < rec.size:
+            if self.freeze is None:
+                self._freeze("reset", f"file shrank from {rec.size} to {st.size} bytes while "
+                                      "syncd was stopped")
+            return
+        unchanged = (st.size, st.mtime_ns, st.ctime_ns) == (rec.file_size, rec.mtime_ns,
+                                                            rec.ctime_ns)
+        if unchanged:
+            partial = store.partial_block(self.path, rec.size)
+            if hashlib.sha256(partial).digest() == rec.partial:
+                self.ledger = Ledger.restore(chain, rec.size, partial)
+                self._adopt_stat(st)
+                return
+        # Changed while we were away (appended, or edited): rehash before trusting anything.
+        ledger = await asyncio.to_thread(store.hash_file, self.path)
+        self.host.records.forget_chain(self.key, self.file)
+        ok = ledger.size >= rec.size and ledger.digest_at(
+            rec.size, store.partial_block(self.path, rec.size)) == rec.digest
+        self.ledger = ledger
+        self._adopt_stat(st)
+        self.record_dirty = True
+        if not ok and self.freeze is None:
+            where = _first_change(chain, ledger, rec.size)
+            self._freeze("edited", f"bytes inside the replicated prefix changed while syncd was "
+                                   f"stopped (first difference in the block at {where})",
+                         offset=where)
+
+    def _adopt_stat(self, st: store.Stat | None) -> None:
+        self.last_stat = st
+        self.inode = st.inode if st else None
+        self.seen = (st.size, st.mtime_ns) if st else None
+        if self.ledger is not None:
+            self.position = Position(self.ledger.size, self.ledger.digest())
+
+    # --- local file -------------------------------------------------------------------------
+
+    async def _look_local(self) -> None:
+        if self.ledger is None or self.freeze is not None:
+            return
+        st = store.stat(self.path)
+        now = (st.dev, st.ino, st.size, st.mtime_ns) if st else None
+        change = classify_local(self.ledger.size, self.inode, self.seen, now)
+        if change is LocalChange.NONE:
+            return
+        if change is LocalChange.RESET:
+            if st is None:
+                detail = f"file deleted (held {self.ledger.size} bytes)"
+            elif self.inode is not None and st.inode != self.inode:
+                detail = "file replaced (new inode)"
+            else:
+                detail = f"file shrank from {self.ledger.size} to {st.size} bytes"
+            self._freeze("reset", detail)
+            return
+        assert st is not None
+        self.seen = (st.size, st.mtime_ns)
+        self.last_stat = st
+        if self.inode is None:
+            self.inode = st.inode
+        if change is LocalChange.TOUCHED:
+            await self._check_whole_file("changed without growing")
+            return
+        if self.frozen:
+            return
+        await self._ship(st.size)
+
+    async def _ship(self, file_size: int) -> None:
+        """Send local growth: whole lines only, after re-reading the bytes we vouch for."""
+        ledger = self.ledger
+        assert ledger is not None
+        start = ledger.size
+        # Re-read the partial block below our end: an in-place edit there followed by an
+        # append would otherwise ship under a stale digest.
+        if hashlib.sha256(store.partial_block(self.path, start)).digest() != (
+            ledger.partial_digest()
+        ):
+            await self._check_whole_file("bytes below the end changed")
+            return
+        end = store.last_line_end(self.path, start, file_size)
+        pos = start
+        while pos < end:
+            data = store.read_range(self.path, pos, min(end, pos + self.host.chunk_bytes))
+            if not data:
+                break
+            frame = Data(pos, ledger.digest(), data)
+            ledger.extend(data)
+            self.host.send(frames.Kind.LIVE, self.key, self.file, frame)
+            pos += len(data)
+            self.counters["shipped_bytes"] += len(data)
+        if pos == start:
+            return
+        await asyncio.to_thread(store.sync, self.path)
+        self.host.durable(self.key, self.file, ledger.size)
+        self._after_growth()
+
+    async def _check_whole_file(self, why: str) -> None:
+        """Rehash the file and compare with the ledger; freeze if shipped bytes changed."""
+        ledger = self.ledger
+        if ledger is None or self.freeze is not None:
+            return
+        fresh = await asyncio.to_thread(store.hash_file, self.path, None)
+        if fresh.size >= ledger.size:
+            partial = store.partial_block(self.path, ledger.size)
+            if fresh.digest_at(ledger.size, partial) == ledger.digest():
+                return
+        where = _first_change(ledger.chain, fresh, ledger.size)
+        # Announce what the file holds now, so that every peer sees the divergence too.
+        self.ledger = fresh
+        self.host.records.forget_chain(self.key, self.file)
+        self._adopt_stat(store.stat(self.path))
+        self._freeze("edited", f"bytes inside the replicated prefix changed locally ({why}; "
+                               f"first difference in the block at {where})", offset=where)
+
+    # --- peers ------------------------------------------------------------------------------
+
+    def _on_announce(self, sender: str, a: Announce) -> None:
+        view = self.peers.get(sender)
+        pos = Position(a.size, a.digest)
+        if view is None or view.position != pos:
+            view = PeerView(pos, a.frozen)
+            self.peers[sender] = view
+        view.frozen = a.frozen
+        self._assess(sender, view)
+        self._maybe_fetch()
+
+    def _assess(self, sender: str, view: PeerView) -> None:
+        ledger = self.ledger
+        if ledger is None or self.freeze is not None:
+            return
+        peer = view.position
+        if view.verified:
+            view.state = PeerState.IN_SYNC if peer.size == ledger.size else PeerState.BEHIND
+            return
+        if peer.size > ledger.size:
+            view.state = PeerState.AHEAD
+            return
+        view.state = judge_peer(self._position(), peer, self._digest_at(peer.size))
+        view.verified = view.state is not PeerState.DIVERGED
+        if view.state is PeerState.DIVERGED:
+            self._diverge(sender, peer.size, f"{sender} announced a copy of {peer.size} bytes "
+                                             "whose prefix differs from ours")
+        elif sender in self.diverged:
+            del self.diverged[sender]
+            self.record_dirty = True
+            log.warning("%s: %s's copy is consistent with ours again; divergence with it cleared",
+                        self.name, sender)
+            if not self.frozen:
+                self._announce()
+
+    def _on_data(self, sender: str, d: Data) -> None:
+        """Apply a peer's bytes if they extend ours (made durable by `_make_durable`)."""
+        ledger = self.ledger
+        if ledger is None or self.frozen:
+            return
+        verdict = judge_data(self._position(), d.offset, d.base)
+        if verdict is Verdict.GAP:
+            self._maybe_fetch()
+            return
+        if verdict is Verdict.DUPLICATE:
+            return
+        if verdict is Verdict.DIVERGED:
+            self._diverge(sender, d.offset, f"{sender} sent bytes at {d.offset} after a prefix "
+                                           "that differs from ours")
+            return
+        st = store.stat(self.path)
+        if st is not None and st.size != ledger.size:
+            # Bytes we never shipped sit past our end (a local writer): two histories.
+            self._diverge(sender, ledger.size, f"local bytes past offset {ledger.size} that no "
+                                               f"peer has, while {sender} sent others")
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            store.append(self.path, d.offset, d.data, durable=False)
+        except store.ConcurrentWrite as e:
+            self._freeze("diverged", f"another process wrote while applying {sender}'s bytes: "
+                                     f"{e}", peer=sender, offset=d.offset)
+            return
+        ledger.extend(d.data)
+        self._unsynced += len(d.data)
+        self.counters["applied_bytes"] += len(d.data)
+        self._adopt_stat(store.stat(self.path))
+        if self.fetch is not None and self.fetch.peer == sender:
+            self.fetch.deadline = time.monotonic() + self.host.request_timeout
+
+    def _on_request(self, sender: str, r: Request) -> None:
+        ledger = self.ledger
+        if ledger is None or self.freeze is not None:
+            return
+        ours = self._digest_at(r.have) if r.have <= ledger.size else None
+        verdict = judge_request(ledger.size, r.have, r.digest, ours)
+        if verdict is Verdict.DIVERGED:
+            assert ours is not None
+            self.host.send(frames.Kind.REFUSE, self.key, self.file, Refuse(r.have, ours),
+                           to=sender)
+            self._diverge(sender, r.have, f"{sender} asked for bytes after a prefix of {r.have} "
+                                          "bytes that differs from ours")
+            return
+        if verdict is not Verdict.APPEND or self.diverged:
+            return
+        start = max(r.start, r.have)
+        end = min(ledger.size, start + min(r.length, self.host.fetch_window))
+        if start >= end:
+            return
+        first = block_start(start)
+        buf = store.read_range(self.path, first, end)
+        if len(buf) != end - first:
+            self.hint_local()  # the file shrank under us; the local look will say how
+            return
+        pos = start
+        while pos < end:
+            stop = min(end, pos + self.host.chunk_bytes)
+            base = ledger.digest_at(pos, buf[block_start(pos) - first : pos - first])
+            chunk = buf[pos - first : stop - first]
+            self.host.send(frames.Kind.FILL, self.key, self.file, Data(pos, base, chunk),
+                           to=sender)
+            self.counters["served_bytes"] += len(chunk)
+            pos = stop
+
+    def _on_refuse(self, sender: str, rf: Refuse) -> None:
+        ledger = self.ledger
+        if ledger is None or self.freeze is not None or rf.offset > ledger.size:
+            return
+        if self._digest_at(rf.offset) != rf.digest:
+            self._diverge(sender, rf.offset, f"{sender} holds a different prefix of {rf.offset} "
+                                             "bytes")
+
+    def _on_tick(self) -> None:
+        if self.fetch is not None and time.monotonic() > self.fetch.deadline:
+            log.info("%s: no answer from %s for bytes up to %d; asking again", self.name,
+                     self.fetch.peer, self.fetch.upto)
+            self.fetch = None
+        self._maybe_fetch()
+
+    def _maybe_fetch(self) -> None:
+        ledger = self.ledger
+        if ledger is None or self.frozen:
+            self.fetch = None
+            return
+        candidates = {
+            node: (v.position.size,
+                   v.frozen is None and node not in self.diverged and self.host.is_online(node))
+            for node, v in self.peers.items()
+        }
+        source = choose_source(ledger.size, candidates)
+        if source is None:
+            self.fetch = None
+            return
+        window = self.host.fetch_window
+        peer_size = self.peers[source].position.size
+        f = self.fetch
+        if f is not None and f.peer == source:
+            if f.upto >= peer_size or f.upto - ledger.size >= window // 2:
+                return  # enough already on its way
+            start = max(ledger.size, f.upto)
+        else:
+            start = ledger.size
+        self.host.send(frames.Kind.REQ, self.key, self.file,
+                       Request(ledger.size, ledger.digest(), start, window), to=source)
+        self.fetch = Fetch(source, start + window, time.monotonic() + self.host.request_timeout)
+
+    # --- helpers ----------------------------------------------------------------------------
+
+    def _position(self) -> Position:
+        assert self.ledger is not None
+        return Position(self.ledger.size, self.ledger.digest())
+
+    def _digest_at(self, offset: int) -> bytes:
+        assert self.ledger is not None
+        if offset == self.ledger.size:
+            return self.ledger.digest()
+        return self.ledger.digest_at(offset, store.partial_block(self.path, offset))
+
+    def _after_growth(self) -> None:
+        assert self.ledger is not None
+        self.position = Position(self.ledger.size, self.ledger.digest())
+        self.record_dirty = True
+        for sender, view in self.peers.items():
+            self._assess(sender, view)
+        self._announce()
+
+    def _announce(self) -> None:
+        self.host.send(frames.Kind.POS, self.key, self.file,
+                       Announce(self.position.size, self.position.digest, self.frozen),
+                       retain=True)
+
+    def _diverge(self, peer: str, offset: int, detail: str) -> None:
+        if peer in self.diverged:
+            return
+        first = not self.frozen
+        self.diverged[peer] = Freeze("diverged", detail, time.time(), peer=peer, offset=offset)
+        view = self.peers.get(peer)
+        if view is not None:
+            view.state, view.verified = PeerState.DIVERGED, False
+        log.error("%s: DIVERGED from %s: %s; this file is frozen (no bytes are written or sent) "
+                  "until an operator resolves it", self.name, peer, detail)
+        self.fetch = None
+        self.record_dirty = True
+        self.persist(force=True)
+        if first:
+            self._announce()
+
+    def _freeze(self, reason: str, detail: str, peer: str | None = None,
+                offset: int | None = None) -> None:
+        self.freeze = Freeze(reason, detail, time.time(), peer=peer, offset=offset)
+        self.fetch = None
+        log.error("%s: %s: %s; this file is frozen until an operator resolves it", self.name,
+                  reason.upper(), detail)
+        self.record_dirty = True
+        self.persist(force=True)
+        self._announce()
+
+    def persist(self, force: bool = False) -> None:
+        # Never record a size that is not durable yet: after a power loss the file would look
+        # shorter than recorded, which reads as a reset.
+        if not self.record_dirty or self.verifying or self._unsynced:
+            return
+        now = time.monotonic()
+        if not force and now - self.last_persist < 1.0:
+            return
+        st = self.last_stat
+        ledger = self.ledger
+        partial = ledger.partial_digest() if ledger else b""
+        chain = ledger.chain if ledger else []
+        if ledger is None and st is None:
+            st = store.Stat(0, 0, 0, 0, 0)
+        record = FileRecord(
+            size=self.position.size, digest=self.position.digest,
+            file_size=st.size if st else 0, dev=st.dev if st else 0, ino=st.ino if st else 0,
+            mtime_ns=st.mtime_ns if st else 0, ctime_ns=st.ctime_ns if st else 0,
+            partial=partial, freeze=self.freeze, diverged_peers=dict(self.diverged),
+        )
+        if ledger is None:
+            # Frozen before a ledger existed: keep the previous chain file as it is.
+            loaded = self.host.records.load(self.key, self.file)
+            chain = loaded[1] if loaded else []
+        self.host.records.save(self.key, self.file, record, chain)
+        self.record_dirty = False
+        self.last_persist = now
+
+    def status(self) -> dict[str, object]:
+        peers = {}
+        for node, v in sorted(self.peers.items()):
+            peers[node] = {
+                "size": v.position.size,
+                "state": v.state.value,
+                "frozen": v.frozen,
+                "online": self.host.is_online(node),
+                "lag_bytes": max(0, self.position.size - v.position.size),
+            }
+        states = [v.state for v in self.peers.values()]
+        return {
+            "key": self.key,
+            "file": self.file,
+            "path": str(self.path),
+            "size": self.position.size,
+            "file_size": self.last_stat.size if self.last_stat else 0,
+            "state": file_state(self.frozen, self.verifying, states),
+            "freeze": self.freeze.to_json() if self.freeze else None,
+            "diverged": {n: f.to_json() for n, f in sorted(self.diverged.items())},
+            "peers": peers,
+            **self.counters,
+        }
+
+
+def _first_change(old_chain: list[bytes], fresh: Ledger, size: int) -> int:
+    """Offset of the first block whose bytes differ (the last block when all full ones agree)."""
+    changed = fresh.first_changed_block(old_chain)
+    if changed is not None:
+        return changed * BLOCK
+    return block_start(min(size, fresh.size))

@@ -1,0 +1,137 @@
+"""Blocking file I/O on one local copy. Small functions; the replica decides when to call them.
+
+Files are opened per operation (a host may carry thousands of keys; holding descriptors would
+exhaust the limit, and a fresh open always sees the current inode).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from syncd.ledger import BLOCK, Ledger
+
+READ_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Stat:
+    dev: int
+    ino: int
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+
+    @property
+    def inode(self) -> tuple[int, int]:
+        return (self.dev, self.ino)
+
+
+def stat(path: Path) -> Stat | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return Stat(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def read_range(path: Path, start: int, end: int) -> bytes:
+    """Bytes [start, end) of the file; shorter if the file is shorter."""
+    if end <= start:
+        return b""
+    with path.open("rb", buffering=0) as f:
+        return os.pread(f.fileno(), end - start, start)
+
+
+def last_line_end(path: Path, start: int, end: int) -> int:
+    """Offset just past the last '\\n' in [start, end), or `start` when there is none.
+
+    Searches backwards so that a large backlog costs one read in the common case.
+    """
+    with path.open("rb", buffering=0) as f:
+        hi = end
+        while hi > start:
+            lo = max(start, hi - READ_CHUNK)
+            chunk = os.pread(f.fileno(), hi - lo, lo)
+            i = chunk.rfind(b"\n")
+            if i >= 0:
+                return lo + i + 1
+            hi = lo
+    return start
+
+
+class ConcurrentWrite(Exception):
+    """The file changed size under us while appending: someone else writes to it."""
+
+
+def append(path: Path, offset: int, data: bytes, durable: bool = True) -> None:
+    """Append `data`, which must start at `offset`; with `durable`, fdatasync before returning.
+
+    O_APPEND never overwrites; if another process wrote concurrently the sizes tell, and we
+    raise instead of pretending the bytes landed where we meant them to. Callers that batch
+    pass durable=False and call `sync` once for the batch.
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        before = os.fstat(fd).st_size
+        if before != offset:
+            raise ConcurrentWrite(f"expected {offset} bytes before appending, found {before}")
+        view = memoryview(data)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+        after = os.fstat(fd).st_size
+        if durable:
+            os.fdatasync(fd)
+        if after != offset + len(data):
+            raise ConcurrentWrite(f"expected {offset + len(data)} bytes after appending, "
+                                  f"found {after}")
+    finally:
+        os.close(fd)
+
+
+def sync(path: Path) -> None:
+    """fsync a file we only read (the local writer's bytes) before announcing them."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return
+    try:
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+
+
+def sync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def hash_file(path: Path, limit: int | None = None, whole_lines: bool = True) -> Ledger:
+    """A ledger of the file's bytes up to `limit` (or its end); by default only whole lines."""
+    ledger = Ledger()
+    end = os.stat(path).st_size if limit is None else limit
+    if whole_lines:
+        end = last_line_end(path, 0, end)
+    with path.open("rb", buffering=0) as f:
+        pos = 0
+        while pos < end:
+            chunk = os.pread(f.fileno(), min(READ_CHUNK, end - pos), pos)
+            if not chunk:
+                break
+            ledger.extend(chunk)
+            pos += len(chunk)
+    return ledger
+
+
+def partial_block(path: Path, offset: int) -> bytes:
+    """The bytes [block_start(offset), offset): what Ledger.digest_at needs."""
+    start = offset - offset % BLOCK
+    data = read_range(path, start, offset)
+    if len(data) != offset - start:
+        raise EOFError(f"{path} is shorter than {offset} bytes")
+    return data

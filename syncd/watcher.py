@@ -1,0 +1,54 @@
+"""Filesystem hints from watchdog (inotify on Linux), bridged into the event loop.
+
+Every event is only a hint: "look at this path again". The replica decides with fstat. The
+kernel merges identical unread events and drops everything on queue overflow, so hints are
+never counted and the node's periodic stat sweep catches whatever never arrived.
+One recursive watch (each watchdog `schedule()` costs a thread).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.observers import Observer
+
+
+class _Bridge(FileSystemEventHandler):
+    def __init__(self, loop: asyncio.AbstractEventLoop, hint: Callable[[str], None]) -> None:
+        self._loop = loop
+        self._hint = hint
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        # Runs on the observer thread: hand over and return at once.
+        for path in (event.src_path, getattr(event, "dest_path", "")):
+            if path:
+                self._loop.call_soon_threadsafe(self._hint, _text(path))
+
+
+def _text(path: Any) -> str:
+    return path.decode("utf-8", "surrogateescape") if isinstance(path, bytes) else str(path)
+
+
+class Watcher:
+    def __init__(self, root: Path, hint: Callable[[str], None]) -> None:
+        self._root = root
+        self._hint = hint
+        self._observer: Any = None
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        observer = Observer()
+        observer.schedule(_Bridge(loop, self._hint), str(self._root), recursive=True)
+        observer.daemon = True
+        observer.start()
+        self._observer = observer
+
+    def stop(self) -> None:
+        if self._observer is not None:
+            self._observer.stop()
+            self._observer.join(timeout=5)
+            self._observer = None
