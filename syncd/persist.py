@@ -27,7 +27,7 @@ VERSION = 1
 class Freeze:
     """Why a file stopped replicating. Kept until an operator resolves it."""
 
-    reason: str  # "diverged", "reset" or "edited"
+    reason: str  # "diverged" or "reset"
     detail: str
     since: float
     peer: str | None = None

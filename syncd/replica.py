@@ -63,6 +63,7 @@ class PeerView:
     frozen: str | None
     state: PeerState = PeerState.AHEAD
     verified: bool = False  # consistency checked for this position
+    probed: bool = False  # a zero-length request was sent to check consistency
 
 
 @dataclass
@@ -247,7 +248,7 @@ class Replica:
         self.record_dirty = True
         if not ok and self.freeze is None:
             where = _first_change(chain, ledger, rec.size)
-            self._freeze("edited", f"bytes inside the replicated prefix changed while syncd was "
+            self._freeze("diverged", f"bytes inside the replicated prefix changed while syncd was "
                                    f"stopped (first difference in the block at {where})",
                          offset=where)
 
@@ -333,7 +334,7 @@ class Replica:
         self.ledger = fresh
         self.host.records.forget_chain(self.key, self.file)
         self._adopt_stat(store.stat(self.path))
-        self._freeze("edited", f"bytes inside the replicated prefix changed locally ({why}; "
+        self._freeze("diverged", f"bytes inside the replicated prefix changed locally ({why}; "
                                f"first difference in the block at {where})", offset=where)
 
     # --- peers ------------------------------------------------------------------------------
@@ -358,6 +359,12 @@ class Replica:
             return
         if peer.size > ledger.size:
             view.state = PeerState.AHEAD
+            if view.frozen is not None and not view.probed:
+                # We will not fetch from a frozen peer, so ask it once whether our prefix is
+                # its prefix: a zero-length request is answered only by a refusal.
+                view.probed = True
+                self.host.send(frames.Kind.REQ, self.key, self.file,
+                               Request(ledger.size, ledger.digest(), ledger.size, 0), to=sender)
             return
         view.state = judge_peer(self._position(), peer, self._digest_at(peer.size))
         view.verified = view.state is not PeerState.DIVERGED
@@ -408,8 +415,9 @@ class Replica:
             self.fetch.deadline = time.monotonic() + self.host.request_timeout
 
     def _on_request(self, sender: str, r: Request) -> None:
+        # Even a frozen file answers "your prefix differs": that is how the others learn.
         ledger = self.ledger
-        if ledger is None or self.freeze is not None:
+        if ledger is None:
             return
         ours = self._digest_at(r.have) if r.have <= ledger.size else None
         verdict = judge_request(ledger.size, r.have, r.digest, ours)
@@ -420,7 +428,7 @@ class Replica:
             self._diverge(sender, r.have, f"{sender} asked for bytes after a prefix of {r.have} "
                                           "bytes that differs from ours")
             return
-        if verdict is not Verdict.APPEND or self.diverged:
+        if verdict is not Verdict.APPEND or self.frozen:
             return
         start = max(r.start, r.have)
         end = min(ledger.size, start + min(r.length, self.host.fetch_window))

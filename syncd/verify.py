@@ -378,9 +378,7 @@ class LogChecker:
                 del self._pre_turns[turn_id]
                 where = first
                 message = f"turn {turn_id} never started (it ended at line {line}, {event_type})"
-            self._record(
-                Problem(ProblemKind.TURN_WITHOUT_START, *where, message, turn_id=turn_id)
-            )
+            self._record(Problem(ProblemKind.TURN_WITHOUT_START, *where, message, turn_id=turn_id))
         elif first is None:
             self._pre_turns[turn_id] = (line, offset)
 
@@ -432,9 +430,7 @@ class LogChecker:
                 if type(part) is dict:
                     self._close_call(_first_str(part, _RESULT_ID_KEYS))
 
-    def _open_call(
-        self, call: dict[str, Any], turn_id: str | None, line: int, offset: int
-    ) -> None:
+    def _open_call(self, call: dict[str, Any], turn_id: str | None, line: int, offset: int) -> None:
         call_id = _first_str(call, _CALL_ID_KEYS)
         if call_id is None:
             return

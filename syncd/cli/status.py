@@ -1,6 +1,6 @@
 """`syncd status`: what the running daemon sees, per key and file and per peer.
 
-Exit status: 0 all good, 1 some file is frozen (diverged, reset, edited), 2 the daemon could
+Exit status: 0 all good, 1 some file is frozen (diverged or reset), 2 the daemon could
 not be asked.
 """
 
@@ -17,7 +17,7 @@ from syncd.cli.common import config_option, load_or_exit
 from syncd.control import ControlError, query
 from syncd.node import SOCKET_NAME
 
-PROBLEM_STATES = {"diverged", "reset", "edited"}
+PROBLEM_STATES = {"diverged", "reset"}
 
 
 @click.command("status")

@@ -52,8 +52,7 @@ def resolve_files(target: str, config_path: Path | None) -> list[Path]:
     files = config.key_files(target)
     if not files:
         raise UnusableTarget(
-            f"{target}: neither a file nor an instance key with files under "
-            f"{config.runtimes_dir}"
+            f"{target}: neither a file nor an instance key with files under {config.runtimes_dir}"
         )
     return files
 

@@ -1,0 +1,166 @@
+"""Real parts for the end-to-end tests: Mosquitto brokers on free ports and syncd processes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from syncd.control import ControlError, query
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition",
+               interval: float = 0.01) -> Any:
+    """Poll `predicate` until it returns something truthy; fail with `what` after `timeout`."""
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while True:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except Exception as e:  # noqa: BLE001 - keep polling; report the last error on timeout
+            last_error = e
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}"
+                                 + (f" (last error: {last_error!r})" if last_error else ""))
+        time.sleep(interval)
+
+
+def mosquitto_binary() -> str:
+    found = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+    if not Path(found).exists():
+        raise RuntimeError("mosquitto is not installed (tests/run.sh installs it)")
+    return found
+
+
+class Broker:
+    """A private Mosquitto on a free loopback port; can be stopped and started again."""
+
+    def __init__(self, workdir: Path, max_queued_messages: int = 1000,
+                 extra: str = "") -> None:
+        self.port = free_port()
+        self.dir = workdir
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.conf = self.dir / "mosquitto.conf"
+        self.conf.write_text(
+            f"listener {self.port} 127.0.0.1\n"
+            "allow_anonymous true\n"
+            f"max_queued_messages {max_queued_messages}\n"
+            "persistence false\n"
+            f"{extra}"
+        )
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        log = (self.dir / "mosquitto.log").open("ab")
+        self.proc = subprocess.Popen([mosquitto_binary(), "-c", str(self.conf)], stdout=log,
+                                     stderr=subprocess.STDOUT)
+
+        def listening() -> bool:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"mosquitto exited: {(self.dir / 'mosquitto.log').read_text()}")
+            with socket.socket() as s:
+                return s.connect_ex(("127.0.0.1", self.port)) == 0
+
+        wait_until(listening, 10, "mosquitto to listen")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.proc = None
+
+
+class Daemon:
+    """One `syncd run` process with its own runtimes and state directories."""
+
+    def __init__(self, root: Path, node: str, broker: Broker, extra: str = "") -> None:
+        self.node = node
+        self.root = root / node
+        self.runtimes = self.root / "runtimes"
+        self.state = self.root / "state"
+        self.runtimes.mkdir(parents=True, exist_ok=True)
+        self.config = self.root / "syncd.toml"
+        self.config.write_text(
+            f'node = "{node}"\n'
+            f'runtimes_dir = "{self.runtimes}"\n'
+            f'state_dir = "{self.state}"\n'
+            "sweep_interval = 0.2\n"
+            "request_timeout = 1.0\n"
+            f"{extra}\n"
+            "[mqtt]\n"
+            'host = "127.0.0.1"\n'
+            f"port = {broker.port}\n"
+            'topic_prefix = "test/syncd"\n'
+            "reconnect_min = 0.05\n"
+            "reconnect_max = 0.5\n"
+        )
+        self.log = self.root / "syncd.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def path(self, key: str, file: str = "events.jsonl") -> Path:
+        return self.runtimes / key / file
+
+    def start(self, wait: bool = True) -> None:
+        out = self.log.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "syncd", "run", "--config", str(self.config),
+             "--log-level", "debug"],
+            stdout=out, stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        if wait:
+            wait_until(lambda: self.status()["connected"], 15, f"{self.node} to connect")
+
+    def status(self) -> dict[str, Any]:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise AssertionError(f"{self.node} exited with {self.proc.returncode}:\n"
+                                 f"{self.log.read_text()[-3000:]}")
+        try:
+            return query(self.state / "syncd.sock", "status", timeout=5)["status"]
+        except ControlError:
+            return {"connected": False, "files": [], "peers": {}}
+
+    def file_status(self, key: str, file: str = "events.jsonl") -> dict[str, Any]:
+        for f in self.status()["files"]:
+            if f["key"] == key and f["file"] == file:
+                return f
+        return {}
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(15)
+        self.proc = None
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.proc = None
+
+    def pause(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGCONT)
+
+    def read_log(self) -> str:
+        return self.log.read_text(errors="replace")

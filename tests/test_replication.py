@@ -1,0 +1,237 @@
+"""End to end: real syncd processes, a real Mosquitto, real files (issue: the core)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.cluster import Broker, Daemon, wait_until
+from tests.conftest import ishiki_lines
+
+KEY = "bot-1"
+
+
+def append(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, data)  # one write(2), like the reference writer's appendFile
+    finally:
+        os.close(fd)
+
+
+def content(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return b""
+
+
+def wait_equal(expected: bytes, *daemons: Daemon, key: str = KEY, timeout: float = 15) -> None:
+    def same() -> bool:
+        return all(content(d.path(key)) == expected for d in daemons)
+
+    wait_until(same, timeout, f"copies on {[d.node for d in daemons]} to equal "
+                              f"{len(expected)} bytes")
+    digest = hashlib.sha256(expected).hexdigest()
+    for d in daemons:
+        assert hashlib.sha256(content(d.path(key))).hexdigest() == digest
+
+
+def wait_state(d: Daemon, state: str, key: str = KEY, timeout: float = 15) -> dict[str, object]:
+    found: dict[str, object] = wait_until(
+        lambda: (f := d.file_status(key)) and f["state"] == state and f,
+        timeout, f"{d.node} to report {key} {state}")
+    return found
+
+
+def test_appends_reach_every_host_byte_identical(
+    broker: Broker, make_daemon: Callable[..., Daemon]
+) -> None:
+    a, b, c = (make_daemon(n, broker) for n in "abc")
+    src = a.path(KEY)
+    for n in (1, 5, 50):
+        append(src, ishiki_lines(n))
+    append(src, b'{"bytes":"\xff\xfe not utf-8"}\n')  # bytes are bytes
+    wait_equal(src.read_bytes(), b, c)
+    for d in (a, b, c):
+        wait_state(d, "in_sync")
+    # Received bytes do not echo back as local growth.
+    assert a.file_status(KEY)["applied_bytes"] == 0
+    assert b.file_status(KEY)["shipped_bytes"] == 0
+
+
+def test_torn_last_line_is_not_shipped_until_completed(
+    broker: Broker, make_daemon: Callable[..., Daemon]
+) -> None:
+    a, b = (make_daemon(n, broker) for n in "ab")
+    src = a.path(KEY)
+    whole = ishiki_lines(3)
+    append(src, whole)
+    wait_equal(whole, b)
+    torn = ishiki_lines(1)
+    append(src, torn[:40])
+    # The sweep (0.2 s) and the watcher have both seen the torn bytes by the time a later
+    # complete write to another key has arrived.
+    append(a.path("other"), ishiki_lines(1))
+    wait_equal(content(a.path("other")), b, key="other")
+    assert content(b.path(KEY)) == whole
+    append(src, torn[40:])
+    wait_equal(whole + torn, b)
+
+
+def test_host_away_longer_than_the_broker_queue_catches_up(
+    tmp_path: Path, make_daemon: Callable[..., Daemon]
+) -> None:
+    small = Broker(tmp_path / "small-broker", max_queued_messages=5)
+    small.start()
+    try:
+        a, b, c = (make_daemon(n, small) for n in "abc")
+        src = a.path(KEY)
+        append(src, ishiki_lines(5))
+        wait_equal(src.read_bytes(), b, c)
+        # C stays connected but reads nothing (the broker queues, then drops) ...
+        c.pause()
+        for _ in range(60):
+            append(src, ishiki_lines(2))
+        wait_equal(src.read_bytes(), b)
+        c.resume()
+        wait_equal(src.read_bytes(), b, c)
+        # ... and C stopped entirely while A writes more than the queue holds.
+        c.stop()
+        for _ in range(60):
+            append(src, ishiki_lines(3))
+        wait_equal(src.read_bytes(), b)
+        c.start()
+        wait_equal(src.read_bytes(), a, b, c)
+        wait_state(c, "in_sync")
+    finally:
+        small.stop()
+
+
+def test_failback_old_writer_fast_forwards_from_the_new_one(
+    broker: Broker, make_daemon: Callable[..., Daemon]
+) -> None:
+    a, b = (make_daemon(n, broker) for n in "ab")
+    append(a.path(KEY), ishiki_lines(10))
+    wait_equal(content(a.path(KEY)), b)
+    a.stop()  # failover: the bot now runs on B
+    append(b.path(KEY), ishiki_lines(7))
+    append(b.path(KEY), ishiki_lines(1))
+    a.start()  # failback: A's copy is a clean prefix of B's
+    wait_equal(content(b.path(KEY)), a)
+    wait_state(a, "in_sync")
+    wait_state(b, "in_sync")
+    append(a.path(KEY), ishiki_lines(2))  # and A can be the writer again
+    wait_equal(content(a.path(KEY)), b)
+
+
+def test_edit_inside_replicated_prefix_freezes_and_changes_nothing(
+    broker: Broker, make_daemon: Callable[..., Daemon]
+) -> None:
+    a, b, c = (make_daemon(n, broker) for n in "abc")
+    src = a.path(KEY)
+    append(src, ishiki_lines(20))
+    original = src.read_bytes()
+    wait_equal(original, b, c)
+    # An operator "repairs" a line in place (same size), then the bot appends.
+    edited = bytearray(original)
+    edited[100] = ord("X") if edited[100] != ord("X") else ord("Y")
+    with src.open("r+b") as f:
+        f.seek(100)
+        f.write(bytes(edited[100:101]))
+    append(src, ishiki_lines(2))
+    a_state = wait_state(a, "diverged")
+    assert "changed" in str(a_state["freeze"])
+    for d in (b, c):
+        f = wait_state(d, "diverged")
+        assert "a" in f["diverged"]  # type: ignore[operator]
+    # Nothing was overwritten or appended anywhere.
+    assert content(b.path(KEY)) == original
+    assert content(c.path(KEY)) == original
+    assert content(src).startswith(bytes(edited))
+    assert "DIVERGED" in b.read_log() or "DIVERGED" in c.read_log()
+    # The freeze survives a restart.
+    b.stop()
+    b.start()
+    wait_state(b, "diverged")
+    assert content(b.path(KEY)) == original
+
+
+def test_edit_while_syncd_was_stopped_is_detected_on_restart(
+    broker: Broker, make_daemon: Callable[..., Daemon]
+) -> None:
+    a, b = (make_daemon(n, broker) for n in "ab")
+    src = a.path(KEY)
+    append(src, ishiki_lines(30))
+    original = src.read_bytes()
+    wait_equal(original, b)
+    a.stop()
+    # Delete a whole line (the seed's documented repair), then append: the file grows.
+    lines = original.splitlines(keepends=True)
+    src.write_bytes(b"".join(lines[:3] + lines[4:]) + ishiki_lines(5))
+    a.start()
+    wait_state(a, "diverged")
+    wait_state(b, "diverged")
+    assert content(b.path(KEY)) == original
+
+
+def test_new_instance_directory_is_picked_up(
+    broker: Broker, make_daemon: Callable[..., Daemon]
+) -> None:
+    a, b = (make_daemon(n, broker) for n in "ab")
+    for key in ("late-1", "late-2"):
+        append(a.path(key), ishiki_lines(4))
+    for key in ("late-1", "late-2"):
+        wait_equal(content(a.path(key)), b, key=key)
+
+
+def test_restart_resends_nothing_and_resumes(
+    broker: Broker, make_daemon: Callable[..., Daemon]
+) -> None:
+    a, b = (make_daemon(n, broker) for n in "ab")
+    append(a.path(KEY), ishiki_lines(200))
+    wait_equal(content(a.path(KEY)), b)
+    a.stop()
+    b.stop()
+    a.start()
+    b.start()
+    wait_state(b, "in_sync")
+    assert b.file_status(KEY)["applied_bytes"] == 0
+    assert a.file_status(KEY)["served_bytes"] == 0
+    append(a.path(KEY), ishiki_lines(3))
+    wait_equal(content(a.path(KEY)), b)
+
+
+def test_broker_restart_loses_nothing(
+    broker: Broker, make_daemon: Callable[..., Daemon]
+) -> None:
+    a, b = (make_daemon(n, broker) for n in "ab")
+    append(a.path(KEY), ishiki_lines(5))
+    wait_equal(content(a.path(KEY)), b)
+    broker.stop()
+    append(a.path(KEY), ishiki_lines(5))  # written while the broker is down
+    wait_until(lambda: not a.status()["connected"], 10, "a to notice the broker is gone")
+    broker.start()
+    wait_equal(content(a.path(KEY)), b)
+    assert "unreachable" in a.read_log()
+
+
+def test_kill_9_mid_stream_leaves_only_prefixes(
+    broker: Broker, make_daemon: Callable[..., Daemon]
+) -> None:
+    a, b, c = (make_daemon(n, broker) for n in "abc")
+    src = a.path(KEY)
+    for round_ in range(3):
+        victim = (b, c, a)[round_]
+        for i in range(40):
+            append(src, ishiki_lines(1 + i % 4))
+            if i == 20:
+                victim.kill()
+        source = src.read_bytes()
+        for d in (b, c):
+            assert source.startswith(content(d.path(KEY))), f"{d.node} is not a prefix"
+        victim.start()
+        wait_equal(source, b, c)
