@@ -99,6 +99,19 @@ def parse_topic(prefix: str, topic: str) -> Topic:
     return Topic(kind, sender, key, file)
 
 
+def piece_end(buf: bytes, start: int, end: int, max_len: int) -> int:
+    """Where the data frame that starts at buf[start] should stop (exclusive, <= end).
+
+    Frames end at a line end whenever one fits, so a receiver's copy only ever holds whole
+    lines; a single line longer than max_len has to travel in pieces.
+    """
+    stop = min(end, start + max_len)
+    if stop == end:
+        return end
+    cut = buf.rfind(b"\n", start, stop)
+    return cut + 1 if cut >= 0 else stop
+
+
 # --- payloads ------------------------------------------------------------------------------
 
 
@@ -201,8 +214,6 @@ def decode(kind: Kind, payload: bytes, max_data: int) -> Payload:
                 raise FrameError("data frame without data")
             if len(body) > max_data:
                 raise FrameError(f"data frame of {len(body)} bytes exceeds {max_data}")
-            if not body.endswith(b"\n"):
-                raise FrameError("data frame does not end with a whole line")
             return Data(_count(header, "offset"), _digest(header, "base"), body)
         case Kind.REQ:
             return Request(

@@ -305,9 +305,10 @@ class Replica:
         end = store.last_line_end(self.path, start, file_size)
         pos = start
         while pos < end:
-            data = store.read_range(self.path, pos, min(end, pos + self.host.chunk_bytes))
-            if not data:
-                break
+            buf = store.read_range(self.path, pos, min(end, pos + self.host.chunk_bytes))
+            if len(buf) < min(end - pos, self.host.chunk_bytes):
+                break  # shrank under us; the next look will say how
+            data = buf[: frames.piece_end(buf, 0, end - pos, self.host.chunk_bytes)]
             frame = Data(pos, ledger.digest(), data)
             ledger.extend(data)
             self.host.send(frames.Kind.LIVE, self.key, self.file, frame)
@@ -441,7 +442,7 @@ class Replica:
             return
         pos = start
         while pos < end:
-            stop = min(end, pos + self.host.chunk_bytes)
+            stop = first + frames.piece_end(buf, pos - first, end - first, self.host.chunk_bytes)
             base = ledger.digest_at(pos, buf[block_start(pos) - first : pos - first])
             chunk = buf[pos - first : stop - first]
             self.host.send(frames.Kind.FILL, self.key, self.file, Data(pos, base, chunk),

@@ -313,7 +313,9 @@ class LogChecker:
         elif entry_type == "event":
             if type(data) is dict:
                 event_type = data.get("type")
-                if event_type in self._turn_events:
+                if type(event_type) is not str:
+                    event_type = None  # JSON can put a list here, and a list cannot be looked up
+                elif event_type in self._turn_events:
                     self._turn_events[event_type] += 1
                 if turn_id is None:
                     turn_id = data.get("turnId")  # the event itself names its turn too
@@ -396,7 +398,7 @@ class LogChecker:
         counts[key] = counts.get(key, 0) + 1
         if role == "assistant":
             self._scan_assistant(message, turn_id if type(turn_id) is str else None, line, offset)
-        elif role in TOOL_RESULT_ROLES:
+        elif type(role) is str and role in TOOL_RESULT_ROLES:
             self._scan_tool_results(message)
 
     def _scan_assistant(
@@ -408,6 +410,8 @@ class LogChecker:
                 if type(part) is not dict:
                     continue
                 part_type = part.get("type")
+                if type(part_type) is not str:
+                    continue
                 if part_type in TOOL_CALL_PART_TYPES:
                     self._open_call(part, turn_id, line, offset)
                 elif part_type in TOOL_RESULT_PART_TYPES:

@@ -235,3 +235,17 @@ def test_kill_9_mid_stream_leaves_only_prefixes(
             assert source.startswith(content(d.path(KEY))), f"{d.node} is not a prefix"
         victim.start()
         wait_equal(source, b, c)
+
+
+def test_large_backlog_and_a_line_longer_than_a_frame(
+    broker: Broker, make_daemon: Callable[..., Daemon]
+) -> None:
+    small_frames = "chunk_bytes = 8192\nfetch_window_bytes = 65536"
+    a = make_daemon("a", broker, extra=small_frames)
+    backlog = ishiki_lines(6000)  # ~2.4 MB: many windows of many frames
+    append(a.path(KEY), backlog)
+    b = make_daemon("b", broker, extra=small_frames)  # a new standby with nothing
+    wait_equal(backlog, b, timeout=30)
+    long_line = b'{"id":"big","data":"' + b"z" * 50_000 + b'"}\n'
+    append(a.path(KEY), long_line + ishiki_lines(2))
+    wait_equal(content(a.path(KEY)), b)

@@ -496,3 +496,59 @@ def test_saving_and_restoring_anywhere_changes_nothing(
     assert restored.report() == checker.report()
     restored.feed(data[at:])
     assert restored.report() == check(data)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner),
+    max_leaves=8,
+)
+
+
+def shaped(values: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """Either a plausible value or any JSON at all, so odd shapes reach every branch."""
+    return st.one_of(values, json_values)
+
+
+odd_entries = st.fixed_dictionaries(
+    {
+        "id": shaped(st.sampled_from(["a", "b"])),
+        "type": shaped(st.sampled_from(["message", "event", "ishiki.compact"])),
+        "turnId": shaped(st.sampled_from(["t", "u"])),
+        "data": shaped(
+            st.fixed_dictionaries(
+                {
+                    "type": shaped(st.sampled_from(["turn.start", "turn.done", "x"])),
+                    "role": shaped(st.sampled_from(["assistant", "tool", "custom"])),
+                    "lastEntryId": shaped(st.sampled_from(["a", "b"])),
+                    "toolCallId": shaped(st.just("c")),
+                    "content": shaped(
+                        st.lists(
+                            st.fixed_dictionaries(
+                                {
+                                    "type": shaped(st.sampled_from(["tool-call", "tool-result"])),
+                                    "toolCallId": shaped(st.just("c")),
+                                }
+                            ),
+                            max_size=2,
+                        )
+                    ),
+                    "toolCalls": shaped(st.lists(json_values, max_size=2)),
+                }
+            )
+        ),
+    }
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(odd_entries, max_size=12), st.lists(st.integers(0, 1 << 20), max_size=8))
+def test_odd_shapes_never_crash_the_checker(entries: list[Any], cuts: list[int]) -> None:
+    data = b"".join(orjson.dumps(entry) + b"\n" for entry in entries)
+    checker = LogChecker()
+    for chunk in split(data, cuts):
+        checker.feed(chunk)
+    report = checker.report()
+    assert report == check(data)
+    assert report.entries == len(entries)
+    assert LogChecker.from_state(checker.to_state()).report() == report

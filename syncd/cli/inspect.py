@@ -103,6 +103,11 @@ def _content_text(content: Any) -> str:
     return ""
 
 
+def _part_type(part: dict[str, Any]) -> str:
+    part_type = part.get("type")
+    return part_type if isinstance(part_type, str) else ""
+
+
 def _call_label(part: dict[str, Any]) -> str:
     name = part.get("toolName", part.get("name", "?"))
     call_id = part.get("toolCallId", part.get("id", "?"))
@@ -125,13 +130,13 @@ def _describe_message(message: dict[str, Any]) -> str:
         return custom_type
     if role == "assistant":
         text = snippet(_content_text(content))
-        calls = [_call_label(p) for p in parts if p.get("type") in TOOL_CALL_PART_TYPES]
+        calls = [_call_label(p) for p in parts if _part_type(p) in TOOL_CALL_PART_TYPES]
         detail = f"assistant: {text}" if text else "assistant"
         return f"{detail} -> {', '.join(calls)}" if calls else detail
     if role == "tool":
         results = []
         for part in parts:
-            if part.get("type") not in TOOL_RESULT_PART_TYPES:
+            if _part_type(part) not in TOOL_RESULT_PART_TYPES:
                 continue
             output = part.get("output")
             # AI SDK outputs are {"type": "text" | "json" | ..., "value": ...}
@@ -155,7 +160,7 @@ def describe_entry(entry: dict[str, Any]) -> str:
         error = data.get("error")
         reason = error.get("message") if isinstance(error, dict) else data.get("reason")
         return f"{event_type}: {snippet(_text(reason))}" if reason is not None else event_type
-    if entry_type in COMPACT_TYPES:
+    if isinstance(entry_type, str) and entry_type in COMPACT_TYPES:
         return f"lastEntryId {_text(data.get('lastEntryId'))}"
     if entry_type == "ishiki.images":
         shown, released = data.get("shown"), data.get("released")

@@ -1,0 +1,83 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from syncd.config import ConfigError, load_config
+
+GOOD = """\
+node = "host-a"
+runtimes_dir = "/srv/runtimes"
+state_dir = "state"
+
+[mqtt]
+host = "broker.local"
+port = 1883
+topic_prefix = "site/syncd"
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "syncd.toml"
+    p.write_text(text)
+    return p
+
+
+def test_minimal_config_and_defaults(tmp_path: Path) -> None:
+    c = load_config(write(tmp_path, GOOD))
+    assert c.node == "host-a"
+    assert c.runtimes_dir == Path("/srv/runtimes")
+    assert c.state_dir == tmp_path / "state"  # relative to the config file
+    assert c.mqtt.topic_prefix == "site/syncd"
+    assert c.client_id == "syncd-host-a"
+    assert c.files == ("events.jsonl",)
+    assert c.chunk_bytes < 1 << 20  # below EMQX's default 1 MB packet cap
+    assert c.wants_key("bot-1") and not c.wants_key("..") and not c.wants_key(".x")
+
+
+def test_include_exclude_and_per_key_files(tmp_path: Path) -> None:
+    c = load_config(write(tmp_path, GOOD.replace(
+        '[mqtt]', 'include = ["bot-*"]\nexclude = ["bot-test*"]\n'
+                  '[keys.special]\nfiles = ["events.jsonl", "extra.jsonl"]\n[mqtt]')))
+    assert c.wants_key("bot-1")
+    assert not c.wants_key("bot-test-1")
+    assert not c.wants_key("other")
+    assert c.wants_key("special")
+    assert c.files_of("special") == ("events.jsonl", "extra.jsonl")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (GOOD.replace('node = "host-a"\n', ""), "syncd.toml: node: is required"),
+        (GOOD.replace("port = 1883", "port = 99999"),
+         "syncd.toml:7: mqtt.port: must be between 1 and 65535, got 99999"),
+        (GOOD.replace("port = 1883", 'port = "1883"'),
+         "syncd.toml:7: mqtt.port: must be an integer, got '1883'"),
+        (GOOD.replace('topic_prefix = "site/syncd"', 'topic_prefix = "site/#"'),
+         "syncd.toml:8: mqtt.topic_prefix: use letters"),
+        (GOOD + "chunk_size = 5\n", "syncd.toml:9: mqtt.chunk_size: unknown key"),
+        ("chunk_size = 5\n" + GOOD, "syncd.toml:1: chunk_size: unknown key"),
+        (GOOD.replace('node = "host-a"', 'node = "a/b"'), "syncd.toml:1: node: use letters"),
+        (GOOD.replace("[mqtt]", "[mqtt"), "invalid TOML"),
+        (GOOD.replace('state_dir = "state"', "state_dir = 3"),
+         "syncd.toml:3: state_dir: must be a non-empty string"),
+        ('files = ["../x"]\n' + GOOD, "syncd.toml:1: files: '../x' is not a plain file name"),
+    ],
+)
+def test_errors_name_the_key_and_line(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        load_config(write(tmp_path, text))
+    assert message in str(e.value)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no such config file"):
+        load_config(tmp_path / "nope.toml")
+
+
+def test_example_config_is_valid() -> None:
+    example = Path(__file__).parent.parent / "config" / "syncd.example.toml"
+    c = load_config(example)
+    assert c.node

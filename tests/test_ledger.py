@@ -1,0 +1,72 @@
+from __future__ import annotations
+
+import hashlib
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from syncd.ledger import BLOCK, Ledger, block_start, digest_of
+
+# Sizes around block boundaries matter most; keep examples small but crossing blocks.
+data_st = st.binary(min_size=0, max_size=3 * BLOCK + 100)
+
+
+def split(data: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
+    return [data[a:b] for a, b in zip(points, points[1:], strict=False)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=data_st, cuts=st.lists(st.integers(min_value=0), max_size=8))
+def test_digest_does_not_depend_on_how_bytes_arrived(data: bytes, cuts: list[int]) -> None:
+    ledger = Ledger()
+    for piece in split(data, cuts):
+        ledger.extend(piece)
+    assert ledger.size == len(data)
+    assert ledger.digest() == digest_of(data)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=data_st, at=st.integers(min_value=0))
+def test_digest_at_any_offset_equals_digest_of_that_prefix(data: bytes, at: int) -> None:
+    offset = at % (len(data) + 1)
+    ledger = Ledger()
+    ledger.extend(data)
+    assert ledger.digest_at(offset, data[block_start(offset) : offset]) == digest_of(data[:offset])
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=data_st, flip=st.integers(min_value=0))
+def test_any_changed_byte_changes_the_digest_and_is_located(data: bytes, flip: int) -> None:
+    if not data:
+        return
+    i = flip % len(data)
+    other = bytearray(data)
+    other[i] ^= 0x01
+    a, b = Ledger(), Ledger()
+    a.extend(data)
+    b.extend(bytes(other))
+    assert a.digest() != b.digest()
+    changed = a.first_changed_block(b.chain)
+    if i < (len(data) // BLOCK) * BLOCK:
+        assert changed == i // BLOCK
+    else:
+        assert changed is None  # the change sits in the partial block, which has no chain value
+
+
+def test_restore_continues_exactly_where_it_left_off() -> None:
+    data = bytes(range(256)) * 700  # 179200 bytes: two full blocks and a partial one
+    ledger = Ledger()
+    ledger.extend(data)
+    size = ledger.size
+    restored = Ledger.restore(list(ledger.chain), size, data[block_start(size) : size])
+    assert restored.digest() == ledger.digest()
+    assert restored.partial_digest() == hashlib.sha256(data[block_start(size) :]).digest()
+    restored.extend(b"more\n")
+    assert restored.digest() == digest_of(data + b"more\n")
+
+
+def test_digest_commits_to_the_length() -> None:
+    # A prefix and its extension by zero-length never collide with other lengths.
+    assert digest_of(b"") != digest_of(b"\x00")
+    assert digest_of(b"a" * BLOCK) != digest_of(b"a" * (BLOCK - 1))

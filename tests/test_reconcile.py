@@ -1,0 +1,157 @@
+"""The pure rule, driven by random histories (hypothesis)."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from syncd.ledger import Ledger, Position, block_start
+from syncd.reconcile import (
+    LocalChange,
+    PeerState,
+    Verdict,
+    choose_source,
+    classify_local,
+    file_state,
+    judge_data,
+    judge_peer,
+    judge_request,
+)
+
+lines = st.lists(st.binary(min_size=0, max_size=300).map(lambda b: b.replace(b"\n", b"") + b"\n"),
+                 min_size=0, max_size=30).map(b"".join)
+
+
+def ledger_of(data: bytes) -> Ledger:
+    ledger = Ledger()
+    ledger.extend(data)
+    return ledger
+
+
+def position(data: bytes) -> Position:
+    return Position(len(data), ledger_of(data).digest())
+
+
+def digest_at(data: bytes, offset: int) -> bytes:
+    return ledger_of(data).digest_at(offset, data[block_start(offset) : offset])
+
+
+@settings(max_examples=150, deadline=None)
+@given(common=lines, ours=lines, theirs=lines)
+def test_peer_is_diverged_exactly_when_neither_copy_is_a_prefix_of_the_other(
+    common: bytes, ours: bytes, theirs: bytes
+) -> None:
+    local, peer = common + ours, common + theirs
+    consistent = local.startswith(peer) or peer.startswith(local)
+    ours_at = digest_at(local, len(peer)) if len(peer) <= len(local) else None
+    state = judge_peer(position(local), position(peer), ours_at)
+    if len(peer) > len(local):
+        assert state is PeerState.AHEAD  # checked later, when it answers a request
+    elif consistent:
+        assert state is (PeerState.IN_SYNC if len(peer) == len(local) else PeerState.BEHIND)
+    else:
+        assert state is PeerState.DIVERGED
+    # The rule is the same seen from the other side.
+    if len(local) <= len(peer):
+        theirs_at = digest_at(peer, len(local))
+        back = judge_peer(position(peer), position(local), theirs_at)
+        assert (back is PeerState.DIVERGED) == (not consistent)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    source=lines,
+    schedule=st.lists(st.tuples(st.integers(0, 10**6), st.sampled_from(["send", "dup", "drop"])),
+                      max_size=40),
+)
+def test_receiver_copy_is_always_a_prefix_and_completes_by_anti_entropy(
+    source: bytes, schedule: list[tuple[int, str]]
+) -> None:
+    # The writer's bytes go out as frames cut at random line ends; the network drops,
+    # duplicates and reorders them. The receiver applies only what judge_data allows.
+    ends = [i + 1 for i, b in enumerate(source) if b == ord("\n")]
+    cuts = sorted({ends[c % len(ends)] for c, _ in schedule} | {len(source)}) if ends else []
+    frames, start = [], 0
+    for end in cuts:
+        if end > start:
+            frames.append((start, digest_at(source, start), source[start:end]))
+            start = end
+    network = []
+    for (pick, fate), frame in zip(schedule, frames, strict=False):
+        if fate != "drop":
+            network.insert(pick % (len(network) + 1), frame)
+        if fate == "dup":
+            network.append(frame)
+    copy = Ledger()
+    held = b""
+    for offset, base, data in network:
+        verdict = judge_data(Position(copy.size, copy.digest()), offset, base)
+        assert verdict is not Verdict.DIVERGED
+        if verdict is Verdict.APPEND:
+            copy.extend(data)
+            held += data
+        assert source.startswith(held)
+    # Anti-entropy: the receiver asks for what it lacks; the source checks and answers.
+    have = len(held)
+    answer = judge_request(len(source), have, copy.digest(),
+                           digest_at(source, have) if have <= len(source) else None)
+    if have < len(source):
+        assert answer is Verdict.APPEND
+        held += source[have:]
+    assert held == source
+
+
+@settings(max_examples=100, deadline=None)
+@given(common=lines, ours=lines, theirs=lines)
+def test_data_after_a_different_prefix_is_refused(common: bytes, ours: bytes,
+                                                  theirs: bytes) -> None:
+    local, sender = common + ours, common + theirs
+    if len(sender) < len(local) or sender.startswith(local):
+        return
+    # The sender sends its bytes from our size on: its prefix there differs from ours.
+    verdict = judge_data(position(local), len(local), digest_at(sender, len(local)))
+    assert verdict is Verdict.DIVERGED
+
+
+def test_data_verdicts_by_offset() -> None:
+    here = position(b"a\nb\n")
+    assert judge_data(here, 4, here.digest) is Verdict.APPEND
+    assert judge_data(here, 2, b"x" * 32) is Verdict.DUPLICATE
+    assert judge_data(here, 9, b"x" * 32) is Verdict.GAP
+    assert judge_data(here, 4, b"x" * 32) is Verdict.DIVERGED
+
+
+def test_request_verdicts() -> None:
+    data = b"a\nb\nc\n"
+    assert judge_request(6, 2, digest_at(data, 2), digest_at(data, 2)) is Verdict.APPEND
+    assert judge_request(6, 2, b"x" * 32, digest_at(data, 2)) is Verdict.DIVERGED
+    assert judge_request(6, 6, digest_at(data, 6), digest_at(data, 6)) is Verdict.DUPLICATE
+    assert judge_request(6, 9, b"x" * 32, None) is Verdict.DUPLICATE
+
+
+def test_choose_source_takes_the_longest_usable_copy() -> None:
+    assert choose_source(10, {"a": (50, True), "b": (80, False), "c": (60, True)}) == "c"
+    assert choose_source(10, {"a": (5, True)}) is None
+    assert choose_source(10, {"b": (20, True), "a": (20, True)}) == "a"
+
+
+def test_classify_local_changes() -> None:
+    ino = (1, 2)
+    assert classify_local(0, None, None, None) is LocalChange.NONE
+    assert classify_local(10, ino, (10, 5), None) is LocalChange.RESET
+    assert classify_local(10, ino, (10, 5), (1, 3, 20, 6)) is LocalChange.RESET  # new inode
+    assert classify_local(10, ino, (10, 5), (1, 2, 4, 6)) is LocalChange.RESET  # truncated
+    assert classify_local(10, ino, (10, 5), (1, 2, 20, 6)) is LocalChange.GROWTH
+    assert classify_local(10, ino, (20, 6), (1, 2, 20, 6)) is LocalChange.NONE  # torn, seen
+    assert classify_local(10, ino, (10, 5), (1, 2, 10, 9)) is LocalChange.TOUCHED
+    assert classify_local(10, ino, (10, 5), (1, 2, 10, 5)) is LocalChange.NONE
+
+
+def test_file_state_words() -> None:
+    assert file_state(None, True, []) == "verifying"
+    assert file_state("reset", False, [PeerState.IN_SYNC]) == "reset"
+    assert file_state(None, False, [PeerState.IN_SYNC, PeerState.DIVERGED]) == "diverged"
+    assert file_state(None, False, [PeerState.BEHIND, PeerState.AHEAD]) == "behind"
+    assert file_state(None, False, [PeerState.BEHIND, PeerState.IN_SYNC]) == "ahead"
+    assert file_state(None, False, [PeerState.IN_SYNC]) == "in_sync"
+    assert file_state(None, False, []) == "alone"
