@@ -32,7 +32,7 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, what: str = 
             value = predicate()
             if value:
                 return value
-        except Exception as e:  # noqa: BLE001 - keep polling; report the last error on timeout
+        except Exception as e:
             last_error = e
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}"

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -13,7 +14,7 @@ data_st = st.binary(min_size=0, max_size=3 * BLOCK + 100)
 
 def split(data: bytes, cuts: list[int]) -> list[bytes]:
     points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
-    return [data[a:b] for a, b in zip(points, points[1:], strict=False)]
+    return [data[a:b] for a, b in itertools.pairwise(points)]
 
 
 @settings(max_examples=60, deadline=None)
