@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import socket
 from collections.abc import Awaitable, Callable
 
 import aiomqtt
@@ -66,6 +67,9 @@ class Link:
             keepalive=m.keepalive,
             timeout=10,
             max_inflight_messages=100,
+            # Without this, Nagle's algorithm meets the broker's delayed ACKs and small
+            # frames wait ~40 ms under load.
+            socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
             logger=logging.getLogger("syncd.mqtt"),
         )
 

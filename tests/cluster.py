@@ -61,6 +61,7 @@ class Broker:
             "allow_anonymous true\n"
             f"max_queued_messages {max_queued_messages}\n"
             "persistence false\n"
+            "set_tcp_nodelay true\n"
             f"{extra}"
         )
         self.proc: subprocess.Popen[bytes] | None = None
@@ -89,8 +90,14 @@ class Broker:
 class Daemon:
     """One `syncd run` process with its own runtimes and state directories."""
 
-    def __init__(self, root: Path, node: str, broker: Broker, extra: str = "") -> None:
+    TEST_TUNING = "sweep_interval = 0.2\nrequest_timeout = 1.0\n"
+
+    def __init__(self, root: Path, node: str, broker: Broker, extra: str = "",
+                 tuning: str = TEST_TUNING, log_level: str = "debug",
+                 env: dict[str, str] | None = None) -> None:
         self.node = node
+        self.log_level = log_level
+        self.env = env or {}
         self.root = root / node
         self.runtimes = self.root / "runtimes"
         self.state = self.root / "state"
@@ -100,8 +107,7 @@ class Daemon:
             f'node = "{node}"\n'
             f'runtimes_dir = "{self.runtimes}"\n'
             f'state_dir = "{self.state}"\n'
-            "sweep_interval = 0.2\n"
-            "request_timeout = 1.0\n"
+            f"{tuning}"
             f"{extra}\n"
             "[mqtt]\n"
             'host = "127.0.0.1"\n'
@@ -120,9 +126,9 @@ class Daemon:
         out = self.log.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "syncd", "run", "--config", str(self.config),
-             "--log-level", "debug"],
+             "--log-level", self.log_level],
             stdout=out, stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
         )
         if wait:
             wait_until(lambda: self.status()["connected"], 15, f"{self.node} to connect")

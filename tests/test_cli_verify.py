@@ -420,3 +420,53 @@ def test_inspect_details_of_other_entries(tmp_path: Path) -> None:
         "  4  -                         ishiki.narrative",
         "  5  -                         event             turn.failed: boom",
     ]
+
+
+# -- instance keys through the config ----------------------------------------------------------
+
+
+@pytest.fixture
+def config_file(tmp_path: Path) -> Path:
+    key_dir = tmp_path / "runtimes" / "bot-1"
+    key_dir.mkdir(parents=True)
+    shutil.copy(FIXTURES / "open_turn.jsonl", key_dir / "events.jsonl")
+    config = tmp_path / "syncd.toml"
+    config.write_text('node = "a"\nruntimes_dir = "runtimes"\nstate_dir = "state"\n')
+    return config
+
+
+def test_verify_an_instance_key(config_file: Path) -> None:
+    result = run("verify", "bot-1", "--config", str(config_file))
+    assert result.exit_code == 1
+    path = config_file.parent.resolve() / "runtimes" / "bot-1" / "events.jsonl"
+    assert result.stdout.splitlines()[:2] == [
+        f"{path}: 1 problem (11 lines, 4115 bytes)",
+        f"  line 10 (byte 3462): turn {T2} started but never ended",
+    ]
+
+
+def test_inspect_an_instance_key(config_file: Path) -> None:
+    result = run("inspect", "bot-1", "--config", str(config_file), "--turn", T2)
+    assert result.exit_code == 0
+    assert result.stdout.splitlines()[0].endswith(": 2 entries, lines 10-11, not ended")
+
+
+def test_unknown_and_invalid_keys(config_file: Path) -> None:
+    runtimes = config_file.parent.resolve() / "runtimes"
+    result = run("verify", "bot-2", "--config", str(config_file))
+    assert result.exit_code == 2
+    assert result.stderr == (
+        f"syncd verify: bot-2: neither a file nor an instance key with files under {runtimes}\n"
+    )
+    result = run("verify", "../bot-1", "--config", str(config_file))
+    assert result.exit_code == 2
+    assert result.stderr == "syncd verify: ../bot-1: neither a file nor a valid instance key\n"
+
+
+def test_broken_config(tmp_path: Path) -> None:
+    config = tmp_path / "syncd.toml"
+    config.write_text('node = "a"\n')
+    result = run("verify", "bot-1", "--config", str(config))
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"syncd verify: {config}")
+    assert result.stderr.count("\n") == 1
