@@ -193,9 +193,7 @@ class Node:
         for r in self.replicas.values():
             if not r.verifying:
                 r.deliver("tick", "", None)
-                self.send(Kind.POS, r.key, r.file,
-                          frames.Announce(r.position.size, r.position.digest, r.frozen),
-                          retain=True)
+                r.announce(now=True)
 
     def _on_message(self, topic: str, payload: bytes) -> None:
         try:

@@ -74,6 +74,7 @@ class Fetch:
 
 
 Event = tuple[str, str, object]  # (what, from node, payload)
+ANNOUNCE_GAP = 0.1  # seconds between position announcements of one file
 
 
 class Replica:
@@ -100,6 +101,8 @@ class Replica:
         self._local_pending = False
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._last_announce = -ANNOUNCE_GAP
+        self._announce_timer: asyncio.TimerHandle | None = None
         self.loaded = asyncio.Event()  # set once the start-up check is done (even if it failed)
 
     # --- intake (called on the event loop, never blocks) ------------------------------------
@@ -145,7 +148,7 @@ class Replica:
         finally:
             self.verifying = False
             self.loaded.set()
-        self._announce()
+        self.announce()
         self._local_pending = True
         while True:
             await self._wake.wait()
@@ -378,7 +381,7 @@ class Replica:
             log.warning("%s: %s's copy is consistent with ours again; divergence with it cleared",
                         self.name, sender)
             if not self.frozen:
-                self._announce()
+                self.announce()
 
     def _on_data(self, sender: str, d: Data) -> None:
         """Apply a peer's bytes if they extend ours (made durable by `_make_durable`)."""
@@ -401,9 +404,10 @@ class Replica:
             self._diverge(sender, ledger.size, f"local bytes past offset {ledger.size} that no "
                                                f"peer has, while {sender} sent others")
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if st is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            store.append(self.path, d.offset, d.data, durable=False)
+            after = store.append(self.path, d.offset, d.data, durable=False)
         except store.ConcurrentWrite as e:
             self._freeze("diverged", f"another process wrote while applying {sender}'s bytes: "
                                      f"{e}", peer=sender, offset=d.offset)
@@ -411,7 +415,7 @@ class Replica:
         ledger.extend(d.data)
         self._unsynced += len(d.data)
         self.counters["applied_bytes"] += len(d.data)
-        self._adopt_stat(store.stat(self.path))
+        self._adopt_stat(after)
         if self.fetch is not None and self.fetch.peer == sender:
             self.fetch.deadline = time.monotonic() + self.host.request_timeout
 
@@ -510,12 +514,27 @@ class Replica:
         self.record_dirty = True
         for sender, view in self.peers.items():
             self._assess(sender, view)
-        self._announce()
+        self.announce()
 
-    def _announce(self) -> None:
-        self.host.send(frames.Kind.POS, self.key, self.file,
-                       Announce(self.position.size, self.position.digest, self.frozen),
-                       retain=True)
+    def announce(self, now: bool = False) -> None:
+        """Publish our position (retained), at most every ANNOUNCE_GAP seconds per file.
+
+        Positions are not on the data path (live frames and gaps are), so under a stream of
+        appends one trailing announcement per gap carries the latest position; a freeze or
+        a new connection is announced at once.
+        """
+        loop = asyncio.get_running_loop()
+        wait = self._last_announce + ANNOUNCE_GAP - loop.time()
+        if now or wait <= 0:
+            if self._announce_timer is not None:
+                self._announce_timer.cancel()
+                self._announce_timer = None
+            self._last_announce = loop.time()
+            self.host.send(frames.Kind.POS, self.key, self.file,
+                           Announce(self.position.size, self.position.digest, self.frozen),
+                           retain=True)
+        elif self._announce_timer is None:
+            self._announce_timer = loop.call_later(wait, self.announce, True)
 
     def _diverge(self, peer: str, offset: int, detail: str) -> None:
         if peer in self.diverged:
@@ -531,7 +550,7 @@ class Replica:
         self.record_dirty = True
         self.persist(force=True)
         if first:
-            self._announce()
+            self.announce(now=True)
 
     def _freeze(self, reason: str, detail: str, peer: str | None = None,
                 offset: int | None = None) -> None:
@@ -541,7 +560,7 @@ class Replica:
                   reason.upper(), detail)
         self.record_dirty = True
         self.persist(force=True)
-        self._announce()
+        self.announce(now=True)
 
     def persist(self, force: bool = False) -> None:
         # Never record a size that is not durable yet: after a power loss the file would look

@@ -65,12 +65,12 @@ class ConcurrentWrite(Exception):
     """The file changed size under us while appending: someone else writes to it."""
 
 
-def append(path: Path, offset: int, data: bytes, durable: bool = True) -> None:
+def append(path: Path, offset: int, data: bytes, durable: bool = True) -> Stat:
     """Append `data`, which must start at `offset`; with `durable`, fdatasync before returning.
 
     O_APPEND never overwrites; if another process wrote concurrently the sizes tell, and we
     raise instead of pretending the bytes landed where we meant them to. Callers that batch
-    pass durable=False and call `sync` once for the batch.
+    pass durable=False and call `sync` once for the batch. Returns the file's stat after.
     """
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
@@ -81,12 +81,13 @@ def append(path: Path, offset: int, data: bytes, durable: bool = True) -> None:
         while view:
             n = os.write(fd, view)
             view = view[n:]
-        after = os.fstat(fd).st_size
+        st = os.fstat(fd)
         if durable:
             os.fdatasync(fd)
-        if after != offset + len(data):
+        if st.st_size != offset + len(data):
             raise ConcurrentWrite(f"expected {offset + len(data)} bytes after appending, "
-                                  f"found {after}")
+                                  f"found {st.st_size}")
+        return Stat(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     finally:
         os.close(fd)
 
