@@ -44,6 +44,7 @@ class Node:
         self.chunk_bytes = config.chunk_bytes
         self.fetch_window = config.fetch_window_bytes
         self.request_timeout = config.request_timeout
+        self.persist_interval = config.persist_interval
         self.records = RecordStore(config.state_dir)
         self.replicas: dict[tuple[str, str], Replica] = {}
         self.presence: dict[str, bool] = {}

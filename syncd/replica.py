@@ -47,6 +47,7 @@ class Host(Protocol):
     chunk_bytes: int
     fetch_window: int
     request_timeout: float
+    persist_interval: float
     records: RecordStore
 
     def send(self, kind: frames.Kind, key: str, file: str, payload: frames.Payload,
@@ -568,7 +569,7 @@ class Replica:
         if not self.record_dirty or self.verifying or self._unsynced:
             return
         now = time.monotonic()
-        if not force and now - self.last_persist < 1.0:
+        if not force and now - self.last_persist < self.host.persist_interval:
             return
         st = self.last_stat
         ledger = self.ledger
