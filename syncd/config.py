@@ -29,9 +29,13 @@ class MqttConfig:
     reconnect_max: float = 30.0
 
 
+ROLES = ("symmetric", "source", "replica")
+
+
 @dataclass(frozen=True)
 class KeyConfig:
     files: tuple[str, ...]
+    role: str = "symmetric"
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,7 @@ class Config:
     state_dir: Path
     mqtt: MqttConfig
     files: tuple[str, ...] = ("events.jsonl",)
+    role: str = "symmetric"
     include: tuple[str, ...] = ("*",)
     exclude: tuple[str, ...] = ()
     keys: dict[str, KeyConfig] = field(default_factory=dict)
@@ -68,6 +73,11 @@ class Config:
         k = self.keys.get(key)
         return k.files if k else self.files
 
+    def role_of(self, key: str) -> str:
+        """symmetric (default), source (never takes remote bytes) or replica (never ships)."""
+        k = self.keys.get(key)
+        return k.role if k else self.role
+
     def key_files(self, key: str) -> list[Path]:
         """Existing files of a key under runtimes_dir (for the offline commands)."""
         d = self.runtimes_dir / key
@@ -90,13 +100,13 @@ class Config:
 _TOP = {
     "node", "runtimes_dir", "state_dir", "files", "include", "exclude", "chunk_bytes",
     "fetch_window_bytes", "sweep_interval", "scrub_bytes_per_second", "scrub_interval",
-    "persist_interval", "request_timeout", "mqtt", "keys",
+    "persist_interval", "request_timeout", "mqtt", "keys", "role",
 }
 _MQTT = {
     "host", "port", "topic_prefix", "client_id", "username", "password_file", "keepalive",
     "reconnect_min", "reconnect_max",
 }
-_KEY = {"files"}
+_KEY = {"files", "role"}
 _PREFIX = re.compile(r"[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*")
 
 
@@ -144,6 +154,12 @@ class _Reader:
         if not lo <= value <= hi:
             raise self.error(key, f"must be between {lo} and {hi}, got {value}")
         return float(value)
+
+    def choice(self, key: str, default: str, choices: tuple[str, ...]) -> str:
+        value = self.table.get(key, default)
+        if value not in choices:
+            raise self.error(key, f"must be one of {', '.join(choices)}, got {value!r}")
+        return str(value)
 
     def globs(self, key: str, default: tuple[str, ...]) -> tuple[str, ...]:
         value = self.table.get(key, list(default))
@@ -231,6 +247,7 @@ def parse_config(data: dict[str, Any], path: Path, text: str = "") -> Config:
     )
 
     files = top.globs("files", ("events.jsonl",))
+    role = top.choice("role", "symmetric", ROLES)
     for f in files:
         if not is_valid_name(f):
             raise top.error("files", f"{f!r} is not a plain file name inside the key directory")
@@ -249,7 +266,7 @@ def parse_config(data: dict[str, Any], path: Path, text: str = "") -> Config:
         for f in key_files:
             if not is_valid_name(f):
                 raise k.error("files", f"{f!r} is not a plain file name")
-        keys[name] = KeyConfig(files=key_files)
+        keys[name] = KeyConfig(files=key_files, role=k.choice("role", role, ROLES))
 
     chunk = top.integer("chunk_bytes", 256 * 1024, 4096, 16 * 1024 * 1024)
     return Config(
@@ -258,6 +275,7 @@ def parse_config(data: dict[str, Any], path: Path, text: str = "") -> Config:
         state_dir=state_dir,
         mqtt=mqtt,
         files=files,
+        role=role,
         include=top.globs("include", ("*",)),
         exclude=top.globs("exclude", ()),
         keys=keys,

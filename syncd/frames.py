@@ -8,6 +8,9 @@ Topic layout under the configured prefix (P):
     P/req/<to>/<from>/<key>/<file>         <from> asks <to> for bytes it is missing
     P/fill/<to>/<from>/<key>/<file>        <from>'s answer to a request, for <to> only
     P/refuse/<to>/<from>/<key>/<file>      <from> holds a different prefix than <to> claims
+    P/probe/<to>/<from>/<key>/<file>       <from> asks for block digests or bytes, to locate a
+                                           divergence (answered even by a frozen copy)
+    P/probed/<to>/<from>/<key>/<file>      the answer
 
 Payloads are a 3-byte preamble (magic "sd" + version), a 4-byte big-endian header length, an
 orjson header, then (data frames only) the bytes themselves. Decoding validates every field and
@@ -42,9 +45,12 @@ class Kind(Enum):
     REQ = "req"
     FILL = "fill"
     REFUSE = "refuse"
+    PROBE = "probe"
+    PROBED = "probed"
 
 
-_ADDRESSED = {Kind.REQ, Kind.FILL, Kind.REFUSE}
+_ADDRESSED = {Kind.REQ, Kind.FILL, Kind.REFUSE, Kind.PROBE, Kind.PROBED}
+_WITH_BODY = {Kind.LIVE, Kind.FILL, Kind.PROBED}
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +78,8 @@ def subscriptions(prefix: str, node: str) -> list[str]:
         f"{prefix}/req/{node}/+/+/+",
         f"{prefix}/fill/{node}/+/+/+",
         f"{prefix}/refuse/{node}/+/+/+",
+        f"{prefix}/probe/{node}/+/+/+",
+        f"{prefix}/probed/{node}/+/+/+",
     ]
 
 
@@ -144,12 +152,17 @@ class Data:
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """'I hold `have` bytes with digest `digest`; send me [start, start + length).'"""
+    """'I hold `have` bytes with digest `digest`; send me [start, start + length).'
+
+    `force` asks a frozen copy to answer anyway: an operator adopting that copy (serving bytes
+    never changes the server's copy, so this is safe).
+    """
 
     have: int
     digest: bytes
     start: int
     length: int
+    force: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +173,29 @@ class Refuse:
     digest: bytes
 
 
-Payload = Presence | Announce | Data | Request | Refuse
+class ProbeWhat(Enum):
+    SUMS = "sums"  # chain values of blocks [start, start + count)
+    BYTES = "bytes"  # bytes [start, start + count)
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    what: ProbeWhat
+    start: int
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Probed:
+    """Answer to a Probe: chain values (32 bytes each) or bytes, and the answerer's size."""
+
+    what: ProbeWhat
+    start: int
+    size: int
+    data: bytes
+
+
+Payload = Presence | Announce | Data | Request | Refuse | Probe | Probed
 
 
 def encode(payload: Payload) -> bytes:
@@ -174,10 +209,16 @@ def encode(payload: Payload) -> bytes:
         case Data(offset, base, data):
             header = {"offset": offset, "base": base.hex()}
             body = data
-        case Request(have, digest, start, length):
-            header = {"have": have, "digest": digest.hex(), "start": start, "length": length}
+        case Request(have, digest, start, length, force):
+            header = {"have": have, "digest": digest.hex(), "start": start, "length": length,
+                      "force": force}
         case Refuse(offset, digest):
             header = {"offset": offset, "digest": digest.hex()}
+        case Probe(what, start, count):
+            header = {"what": what.value, "start": start, "count": count}
+        case Probed(what, start, size, data):
+            header = {"what": what.value, "start": start, "size": size}
+            body = data
     raw = orjson.dumps(header)
     return PREAMBLE + _HEADER_LEN.pack(len(raw)) + raw + body
 
@@ -199,7 +240,7 @@ def decode(kind: Kind, payload: bytes, max_data: int) -> Payload:
     if not isinstance(header, dict):
         raise FrameError("header is not an object")
     body = payload[start + hlen :]
-    if kind is not Kind.LIVE and kind is not Kind.FILL and body:
+    if kind not in _WITH_BODY and body:
         raise FrameError(f"{kind.value} frame carries unexpected bytes")
     match kind:
         case Kind.NODE:
@@ -216,12 +257,22 @@ def decode(kind: Kind, payload: bytes, max_data: int) -> Payload:
                 raise FrameError(f"data frame of {len(body)} bytes exceeds {max_data}")
             return Data(_count(header, "offset"), _digest(header, "base"), body)
         case Kind.REQ:
+            force = header.get("force", False)
+            if not isinstance(force, bool):
+                raise FrameError("field 'force' must be true or false")
             return Request(
                 _count(header, "have"),
                 _digest(header, "digest"),
                 _count(header, "start"),
                 _count(header, "length"),
+                force,
             )
+        case Kind.PROBE:
+            return Probe(_what(header), _count(header, "start"), _count(header, "count"))
+        case Kind.PROBED:
+            if len(body) > max_data:
+                raise FrameError(f"probe answer of {len(body)} bytes exceeds {max_data}")
+            return Probed(_what(header), _count(header, "start"), _count(header, "size"), body)
         case Kind.REFUSE:
             return Refuse(_count(header, "offset"), _digest(header, "digest"))
     raise FrameError(f"unhandled kind {kind}")  # pragma: no cover
@@ -233,6 +284,13 @@ def _count(header: dict[str, Any], name: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**63:
         raise FrameError(f"field {name!r} must be a non-negative integer")
     return value
+
+
+def _what(header: dict[str, Any]) -> ProbeWhat:
+    try:
+        return ProbeWhat(header.get("what"))
+    except ValueError:
+        raise FrameError("field 'what' must be 'sums' or 'bytes'") from None
 
 
 def _bool(header: dict[str, Any], name: str) -> bool:

@@ -101,7 +101,12 @@ class Link:
                     async for message in client.messages:
                         payload = message.payload
                         if isinstance(payload, bytes | bytearray):
-                            self._on_message(message.topic.value, bytes(payload))
+                            try:
+                                self._on_message(message.topic.value, bytes(payload))
+                            except Exception:
+                                # One bad message must not take the link down.
+                                log.exception("error handling message on %s",
+                                              message.topic.value)
             except aiomqtt.MqttError as e:
                 self.connected.clear()
                 self._client = None

@@ -30,7 +30,7 @@ log = logging.getLogger("syncd.node")
 
 SOCKET_NAME = "syncd.sock"
 _EVENT_OF_KIND = {Kind.POS: "pos", Kind.LIVE: "data", Kind.FILL: "data", Kind.REQ: "req",
-                  Kind.REFUSE: "refuse"}
+                  Kind.REFUSE: "refuse", Kind.PROBE: "probe", Kind.PROBED: "probed"}
 
 
 class StartupError(Exception):
@@ -45,6 +45,7 @@ class Node:
         self.fetch_window = config.fetch_window_bytes
         self.request_timeout = config.request_timeout
         self.persist_interval = config.persist_interval
+        self.state_dir = config.state_dir
         self.records = RecordStore(config.state_dir)
         self.replicas: dict[tuple[str, str], Replica] = {}
         self.presence: dict[str, bool] = {}
@@ -63,6 +64,9 @@ class Node:
              retain: bool = False) -> None:
         topic = frames.topic_for(self._prefix, frames.Topic(kind, self.node, key, file, to))
         self.link.publish(topic, frames.encode(payload), retain=retain)
+
+    def role_of(self, key: str) -> str:
+        return self.config.role_of(key)
 
     def is_online(self, node: str) -> bool:
         return self.presence.get(node, False)
@@ -109,7 +113,14 @@ class Node:
             if ready is not None:
                 await self._wait_ready()
                 ready()
-            await self._stop.wait()
+            # A background task that ends on its own is a bug: stop loudly, not half-working.
+            stop = asyncio.create_task(self._stop.wait())
+            done, _ = await asyncio.wait([stop, *tasks], return_when=asyncio.FIRST_COMPLETED)
+            if stop not in done:
+                stop.cancel()
+                broken = done.pop()
+                raise RuntimeError(f"internal task {broken.get_name()} ended: "
+                                   f"{broken.exception()!r}")
         finally:
             server.close()
             self._watcher.stop()
@@ -249,6 +260,8 @@ class Node:
             cmd = request.get("cmd") if isinstance(request, dict) else None
             if cmd == "status":
                 reply: dict[str, Any] = {"ok": True, "status": self.status()}
+            elif cmd == "adopt":
+                reply = await self._adopt(request, writer)
             else:
                 reply = {"ok": False, "error": f"unknown command {cmd!r}"}
             writer.write(orjson.dumps(reply) + b"\n")
@@ -257,3 +270,42 @@ class Node:
             pass
         finally:
             writer.close()
+
+    async def _adopt(self, request: dict[str, Any], writer: asyncio.StreamWriter
+                     ) -> dict[str, Any]:
+        """Operator's resolution: archive our copies of KEY and take SOURCE's (streams progress).
+
+        SOURCE may be this node: then our copy as it is now becomes the truth again (after a
+        deliberate reset, say) and the peers that hold another history show as diverged until
+        they adopt ours.
+        """
+        key, source = request.get("key"), request.get("source")
+        if not isinstance(key, str) or not self.config.wants_key(key):
+            return {"ok": False, "error": f"{key!r} is not an instance key this node replicates"}
+        if not isinstance(source, str):
+            return {"ok": False, "error": "no source node given"}
+        if source != self.node:
+            if source not in self.presence:
+                known = ", ".join(sorted(self.presence)) or "none"
+                return {"ok": False, "error": f"unknown node {source!r} (known peers: {known})"}
+            if not self.presence[source]:
+                return {"ok": False, "error": f"{source} is offline; its copy cannot be fetched "
+                                              "now"}
+        replicas = [r for f in self.config.files_of(key)
+                    if (r := self._replica(key, f)) is not None]
+        for r in replicas:
+            await r.loaded.wait()
+            if source != self.node and source not in r.peers:
+                return {"ok": False, "error": f"{source} has announced no copy of {r.name}"}
+        results = []
+        for r in replicas:
+            done: asyncio.Future[dict[str, object]] = asyncio.get_running_loop().create_future()
+            r.deliver("adopt", source, done)
+            while not done.done():
+                have, total = r.adoption_progress()
+                writer.write(orjson.dumps({"progress": {"file": r.name, "done": have,
+                                                        "total": total}}) + b"\n")
+                await writer.drain()
+                await asyncio.wait([done], timeout=0.2)
+            results.append(done.result())
+        return {"ok": True, "adopted": results}

@@ -31,7 +31,10 @@ class Freeze:
     detail: str
     since: float
     peer: str | None = None
-    offset: int | None = None
+    offset: int | None = None  # first differing byte, once located
+    line: int | None = None  # its 1-based line number (the same on both sides)
+    ours: str | None = None  # our line there (abridged)
+    theirs: str | None = None  # the peer's line there (abridged)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -51,6 +54,7 @@ class FileRecord:
     partial: bytes
     freeze: Freeze | None = None
     diverged_peers: dict[str, Freeze] = field(default_factory=dict)
+    note: str | None = None  # the last local edit noticed, for the operator
 
 
 class RecordStore:
@@ -86,6 +90,7 @@ class RecordStore:
             partial=bytes.fromhex(meta["partial"]),
             freeze=freeze(meta.get("freeze")),
             diverged_peers={k: Freeze(**v) for k, v in meta.get("diverged_peers", {}).items()},
+            note=meta.get("note"),
         )
         self._chain_written[(key, file)] = len(chain)
         return record, chain
@@ -113,6 +118,7 @@ class RecordStore:
             "partial": record.partial.hex(),
             "freeze": record.freeze.to_json() if record.freeze else None,
             "diverged_peers": {k: v.to_json() for k, v in record.diverged_peers.items()},
+            "note": record.note,
         }
         _atomic_write(meta_path, orjson.dumps(meta, option=orjson.OPT_INDENT_2))
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import logging
 import time
@@ -22,8 +23,9 @@ from pathlib import Path
 from typing import Protocol
 
 from syncd import frames, store
-from syncd.frames import Announce, Data, Refuse, Request
-from syncd.ledger import BLOCK, Ledger, Position, block_start
+from syncd.archive import archive_copy
+from syncd.frames import Announce, Data, Probe, Probed, ProbeWhat, Refuse, Request
+from syncd.ledger import BLOCK, DIGEST_SIZE, Ledger, Position, block_start
 from syncd.persist import FileRecord, Freeze, RecordStore
 from syncd.reconcile import (
     LocalChange,
@@ -32,6 +34,8 @@ from syncd.reconcile import (
     choose_source,
     classify_local,
     file_state,
+    first_differing_block,
+    first_differing_byte,
     judge_data,
     judge_peer,
     judge_request,
@@ -49,6 +53,9 @@ class Host(Protocol):
     request_timeout: float
     persist_interval: float
     records: RecordStore
+    state_dir: Path
+
+    def role_of(self, key: str) -> str: ...
 
     def send(self, kind: frames.Kind, key: str, file: str, payload: frames.Payload,
              to: str = "", retain: bool = False) -> None: ...
@@ -74,6 +81,16 @@ class Fetch:
     deadline: float
 
 
+@dataclass
+class Adoption:
+    """An operator's `syncd adopt`: our copy was archived; take `peer`'s whole copy."""
+
+    peer: str
+    done: asyncio.Future[dict[str, object]]
+    archive: Path
+    stalled_since: float
+
+
 Event = tuple[str, str, object]  # (what, from node, payload)
 ANNOUNCE_GAP = 0.1  # seconds between position announcements of one file
 
@@ -88,8 +105,12 @@ class Replica:
         self.position = Position.empty()  # what we announce
         self.inode: tuple[int, int] | None = None
         self.seen: tuple[int, int] | None = None
+        self.role = host.role_of(key)
         self.freeze: Freeze | None = None
         self.diverged: dict[str, Freeze] = {}
+        self.note: str | None = None
+        self._locating: dict[str, float] = {}  # peer -> when we last asked it (to retry)
+        self.adopting: Adoption | None = None
         self.peers: dict[str, PeerView] = {}
         self.fetch: Fetch | None = None
         self.verifying = True
@@ -191,6 +212,15 @@ class Replica:
                     self._on_tick()
                 case "scrub":
                     await self._check_whole_file("scrub")
+                case "probe":
+                    assert isinstance(payload, Probe)
+                    self._on_probe(sender, payload)
+                case "probed":
+                    assert isinstance(payload, Probed)
+                    await self._on_probed(sender, payload)
+                case "adopt":
+                    assert isinstance(payload, asyncio.Future)
+                    await self._adopt(sender, payload)
         await self._make_durable()
         self.persist()
 
@@ -216,7 +246,7 @@ class Replica:
             self.record_dirty = True
             return
         rec, chain = loaded
-        self.freeze, self.diverged = rec.freeze, dict(rec.diverged_peers)
+        self.freeze, self.diverged, self.note = rec.freeze, dict(rec.diverged_peers), rec.note
         self.position = Position(rec.size, rec.digest)
         if st is None:
             if rec.size > 0 and self.freeze is None:
@@ -250,11 +280,8 @@ class Replica:
         self.ledger = ledger
         self._adopt_stat(st)
         self.record_dirty = True
-        if not ok and self.freeze is None:
-            where = _first_change(chain, ledger, rec.size)
-            self._freeze("diverged", f"bytes inside the replicated prefix changed while syncd was "
-                                   f"stopped (first difference in the block at {where})",
-                         offset=where)
+        if not ok:
+            self._noticed_edit(_first_change(chain, ledger, rec.size), "while syncd was stopped")
 
     def _adopt_stat(self, st: store.Stat | None) -> None:
         self.last_stat = st
@@ -266,7 +293,7 @@ class Replica:
     # --- local file -------------------------------------------------------------------------
 
     async def _look_local(self) -> None:
-        if self.ledger is None or self.freeze is not None:
+        if self.ledger is None:
             return
         st = store.stat(self.path)
         now = (st.dev, st.ino, st.size, st.mtime_ns) if st else None
@@ -291,6 +318,12 @@ class Replica:
             await self._check_whole_file("changed without growing")
             return
         if self.frozen:
+            return
+        if self.role == "replica" and store.last_line_end(self.path, self.ledger.size,
+                                                          st.size) > self.ledger.size:
+            self._freeze("diverged", "local write on a host whose role for this key is "
+                                     f"'replica' (bytes past offset {self.ledger.size})",
+                         offset=self.ledger.size)
             return
         await self._ship(st.size)
 
@@ -325,9 +358,9 @@ class Replica:
         self._after_growth()
 
     async def _check_whole_file(self, why: str) -> None:
-        """Rehash the file and compare with the ledger; freeze if shipped bytes changed."""
+        """Rehash the file and compare it with the ledger (which describes what we shipped)."""
         ledger = self.ledger
-        if ledger is None or self.freeze is not None:
+        if ledger is None:
             return
         fresh = await asyncio.to_thread(store.hash_file, self.path, None)
         if fresh.size >= ledger.size:
@@ -335,12 +368,25 @@ class Replica:
             if fresh.digest_at(ledger.size, partial) == ledger.digest():
                 return
         where = _first_change(ledger.chain, fresh, ledger.size)
-        # Announce what the file holds now, so that every peer sees the divergence too.
         self.ledger = fresh
         self.host.records.forget_chain(self.key, self.file)
         self._adopt_stat(store.stat(self.path))
-        self._freeze("diverged", f"bytes inside the replicated prefix changed locally ({why}; "
-                               f"first difference in the block at {where})", offset=where)
+        self._noticed_edit(where, why)
+
+    def _noticed_edit(self, where: int, why: str) -> None:
+        """Bytes we had already vouched for changed here. Describe the file as it is now.
+
+        We do not freeze on our own: announcing the new digest makes every peer that holds
+        the old bytes see a divergence (and us see theirs), while a peer that never had those
+        bytes may still fast-forward: that is the reconcile rule, applied to the copy we hold.
+        """
+        self.note = (f"bytes already replicated were changed locally ({why}); first "
+                     f"difference in the 64 KiB block at offset {where}")
+        log.warning("%s: %s", self.name, self.note)
+        for view in self.peers.values():
+            view.verified = False
+        self.record_dirty = True
+        self.announce(now=True)
 
     # --- peers ------------------------------------------------------------------------------
 
@@ -352,11 +398,12 @@ class Replica:
             self.peers[sender] = view
         view.frozen = a.frozen
         self._assess(sender, view)
+        self._check_adopted()
         self._maybe_fetch()
 
     def _assess(self, sender: str, view: PeerView) -> None:
         ledger = self.ledger
-        if ledger is None or self.freeze is not None:
+        if ledger is None:
             return
         peer = view.position
         if view.verified:
@@ -387,7 +434,10 @@ class Replica:
     def _on_data(self, sender: str, d: Data) -> None:
         """Apply a peer's bytes if they extend ours (made durable by `_make_durable`)."""
         ledger = self.ledger
-        if ledger is None or self.frozen:
+        if ledger is None:
+            return
+        adopting = self.adopting is not None and self.adopting.peer == sender
+        if not adopting and (self.frozen or self.role == "source"):
             return
         verdict = judge_data(self._position(), d.offset, d.base)
         if verdict is Verdict.GAP:
@@ -434,7 +484,7 @@ class Replica:
             self._diverge(sender, r.have, f"{sender} asked for bytes after a prefix of {r.have} "
                                           "bytes that differs from ours")
             return
-        if verdict is not Verdict.APPEND or self.frozen:
+        if verdict is not Verdict.APPEND or (self.frozen and not r.force):
             return
         start = max(r.start, r.have)
         end = min(ledger.size, start + min(r.length, self.host.fetch_window))
@@ -457,7 +507,7 @@ class Replica:
 
     def _on_refuse(self, sender: str, rf: Refuse) -> None:
         ledger = self.ledger
-        if ledger is None or self.freeze is not None or rf.offset > ledger.size:
+        if ledger is None or rf.offset > ledger.size:
             return
         if self._digest_at(rf.offset) != rf.digest:
             self._diverge(sender, rf.offset, f"{sender} holds a different prefix of {rf.offset} "
@@ -468,18 +518,29 @@ class Replica:
             log.info("%s: no answer from %s for bytes up to %d; asking again", self.name,
                      self.fetch.peer, self.fetch.upto)
             self.fetch = None
+        for peer, f in self.diverged.items():
+            asked = self._locating.get(peer)
+            if f.line is None and (asked is None or time.monotonic() - asked > 5):
+                self._locate(peer)
         self._maybe_fetch()
 
     def _maybe_fetch(self) -> None:
         ledger = self.ledger
-        if ledger is None or self.frozen:
+        adoption = self.adopting
+        if ledger is None or (adoption is None and (self.frozen or self.role == "source")):
             self.fetch = None
             return
-        candidates = {
-            node: (v.position.size,
-                   v.frozen is None and node not in self.diverged and self.host.is_online(node))
-            for node, v in self.peers.items()
-        }
+        if adoption is not None:
+            view = self.peers.get(adoption.peer)
+            candidates = {adoption.peer: (view.position.size if view else 0,
+                                          self.host.is_online(adoption.peer))}
+        else:
+            candidates = {
+                node: (v.position.size,
+                       v.frozen is None and node not in self.diverged
+                       and self.host.is_online(node))
+                for node, v in self.peers.items()
+            }
         source = choose_source(ledger.size, candidates)
         if source is None:
             self.fetch = None
@@ -494,8 +555,151 @@ class Replica:
         else:
             start = ledger.size
         self.host.send(frames.Kind.REQ, self.key, self.file,
-                       Request(ledger.size, ledger.digest(), start, window), to=source)
+                       Request(ledger.size, ledger.digest(), start, window,
+                               force=adoption is not None), to=source)
         self.fetch = Fetch(source, start + window, time.monotonic() + self.host.request_timeout)
+
+    # --- divergence: find the first differing byte without shipping whole files -----------
+
+    def _locate(self, peer: str) -> None:
+        """Ask a diverged peer for its block digests; the answers narrow it down to a byte."""
+        if self.ledger is None or not self.host.is_online(peer):
+            return
+        self._locating[peer] = time.monotonic()
+        self.host.send(frames.Kind.PROBE, self.key, self.file,
+                       Probe(ProbeWhat.SUMS, 0, self._sums_per_frame), to=peer)
+
+    @property
+    def _sums_per_frame(self) -> int:
+        return max(1, self.host.chunk_bytes // DIGEST_SIZE)
+
+    def _on_probe(self, sender: str, p: Probe) -> None:
+        # Answered even when frozen: reading our own copy changes nothing.
+        ledger = self.ledger
+        if ledger is None:
+            return
+        if p.what is ProbeWhat.SUMS:
+            blocks = len(ledger.chain) - 1
+            start = min(p.start, blocks)
+            count = min(p.count, self._sums_per_frame, blocks - start)
+            body = b"".join(ledger.chain[start + 1 : start + 1 + count])
+        else:
+            start = min(p.start, ledger.size)
+            body = store.read_range(self.path, start,
+                                    min(ledger.size, start + min(p.count, BLOCK)))
+        self.host.send(frames.Kind.PROBED, self.key, self.file,
+                       Probed(p.what, start, ledger.size, body), to=sender)
+
+    async def _on_probed(self, sender: str, p: Probed) -> None:
+        ledger = self.ledger
+        found = self.diverged.get(sender)
+        if ledger is None or found is None or found.line is not None:
+            return
+        if p.what is ProbeWhat.SUMS:
+            theirs = [p.data[i : i + DIGEST_SIZE] for i in range(0, len(p.data), DIGEST_SIZE)]
+            block = first_differing_block(ledger.chain, theirs, p.start)
+            if block is None:
+                common = min(len(ledger.chain) - 1, p.size // BLOCK)
+                if p.start + len(theirs) < common:
+                    self.host.send(frames.Kind.PROBE, self.key, self.file,
+                                   Probe(ProbeWhat.SUMS, p.start + len(theirs),
+                                         self._sums_per_frame), to=sender)
+                    return
+                block = common  # the full blocks agree: it is in the next one
+            self.host.send(frames.Kind.PROBE, self.key, self.file,
+                           Probe(ProbeWhat.BYTES, block * BLOCK, BLOCK), to=sender)
+            return
+        ours = store.read_range(self.path, p.start, min(ledger.size, p.start + len(p.data)))
+        i = first_differing_byte(ours, p.data)
+        if i is None:
+            i = min(len(ours), len(p.data))  # one copy ends where the other goes on
+        offset = p.start + i
+        line = await asyncio.to_thread(store.line_number, self.path, offset)
+        self.diverged[sender] = dataclasses.replace(
+            found, offset=offset, line=line, ours=store.line_around(ours, i),
+            theirs=store.line_around(p.data, i))
+        log.warning("%s: copies of %s and %s first differ at byte %d (line %d)", self.name,
+                    self.host_node, sender, offset, line)
+        self.record_dirty = True
+        self.persist(force=True)
+
+    @property
+    def host_node(self) -> str:
+        return self.host.node
+
+    # --- resolution: an operator adopts a peer's copy ---------------------------------------
+
+    async def _adopt(self, source: str, done: asyncio.Future[dict[str, object]]) -> None:
+        """Archive our copy, start from nothing, and take `source`'s whole copy."""
+        if self._unsynced:
+            await self._make_durable()
+        if source == self.host.node:
+            await self._accept_local(done)
+            return
+        reasons = [f.detail for f in ([self.freeze] if self.freeze else [])]
+        reasons += [f"diverged from {n}: {f.detail}" for n, f in self.diverged.items()]
+        archive = await asyncio.to_thread(
+            archive_copy, self.host.state_dir, self.host.node, self.key, self.file, self.path,
+            {"reason": "; ".join(reasons) or "operator adopted another copy",
+             "adopted_from": source},
+        )
+        log.warning("%s: operator adopts %s's copy; ours is archived at %s", self.name, source,
+                    archive)
+        self.ledger = Ledger()
+        self.freeze, self.diverged, self.note = None, {}, None
+        self._locating.clear()
+        self.fetch = None
+        self._adopt_stat(None)
+        for view in self.peers.values():
+            view.verified, view.probed, view.state = False, False, PeerState.AHEAD
+        self.host.records.forget_chain(self.key, self.file)
+        self.record_dirty = True
+        self.persist(force=True)
+        self.adopting = Adoption(source, done, archive, time.monotonic())
+        self.announce(now=True)
+        self._check_adopted()
+        self._maybe_fetch()
+
+    async def _accept_local(self, done: asyncio.Future[dict[str, object]]) -> None:
+        """The operator keeps this host's copy as it is now (e.g. after a deliberate clear())."""
+        st = store.stat(self.path)
+        self.ledger = await asyncio.to_thread(store.hash_file, self.path) if st else Ledger()
+        self.host.records.forget_chain(self.key, self.file)
+        self.freeze, self.diverged, self.note = None, {}, None
+        self._locating.clear()
+        self._adopt_stat(st)
+        for view in self.peers.values():
+            view.verified, view.probed = False, False
+        self.record_dirty = True
+        self.persist(force=True)
+        log.warning("%s: operator keeps the local copy (%d bytes); replication resumes from it",
+                    self.name, self.position.size)
+        self.announce(now=True)
+        for sender, v in self.peers.items():
+            self._assess(sender, v)
+        done.set_result({"file": self.file, "archive": None, "size": self.position.size})
+
+    def _check_adopted(self) -> None:
+        """Done when our copy equals what the source announces (verified by digest)."""
+        a = self.adopting
+        if a is None:
+            return
+        view = self.peers.get(a.peer)
+        if view is None or view.position != self.position or self._unsynced:
+            return
+        self.adopting = None
+        log.info("%s: now identical to %s's copy (%d bytes)", self.name, a.peer,
+                 self.position.size)
+        if not a.done.done():
+            a.done.set_result({"file": self.file, "archive": str(a.archive),
+                               "size": self.position.size})
+        for sender, v in self.peers.items():
+            self._assess(sender, v)
+
+    def adoption_progress(self) -> tuple[int, int]:
+        a = self.adopting
+        view = self.peers.get(a.peer) if a else None
+        return self.position.size, view.position.size if view else 0
 
     # --- helpers ----------------------------------------------------------------------------
 
@@ -516,6 +720,7 @@ class Replica:
         for sender, view in self.peers.items():
             self._assess(sender, view)
         self.announce()
+        self._check_adopted()
 
     def announce(self, now: bool = False) -> None:
         """Publish our position (retained), at most every ANNOUNCE_GAP seconds per file.
@@ -547,7 +752,9 @@ class Replica:
             view.state, view.verified = PeerState.DIVERGED, False
         log.error("%s: DIVERGED from %s: %s; this file is frozen (no bytes are written or sent) "
                   "until an operator resolves it", self.name, peer, detail)
-        self.fetch = None
+        if self.adopting is None:
+            self.fetch = None
+        self._locate(peer)
         self.record_dirty = True
         self.persist(force=True)
         if first:
@@ -557,6 +764,9 @@ class Replica:
                 offset: int | None = None) -> None:
         self.freeze = Freeze(reason, detail, time.time(), peer=peer, offset=offset)
         self.fetch = None
+        if reason == "reset":
+            # We no longer know what the file holds; keep announcing what we last held.
+            self.ledger = None
         log.error("%s: %s: %s; this file is frozen until an operator resolves it", self.name,
                   reason.upper(), detail)
         self.record_dirty = True
@@ -582,6 +792,7 @@ class Replica:
             file_size=st.size if st else 0, dev=st.dev if st else 0, ino=st.ino if st else 0,
             mtime_ns=st.mtime_ns if st else 0, ctime_ns=st.ctime_ns if st else 0,
             partial=partial, freeze=self.freeze, diverged_peers=dict(self.diverged),
+            note=self.note,
         )
         if ledger is None:
             # Frozen before a ledger existed: keep the previous chain file as it is.
@@ -609,6 +820,9 @@ class Replica:
             "size": self.position.size,
             "file_size": self.last_stat.size if self.last_stat else 0,
             "state": file_state(self.frozen, self.verifying, states),
+            "role": self.role,
+            "note": self.note,
+            "adopting": self.adopting.peer if self.adopting else None,
             "freeze": self.freeze.to_json() if self.freeze else None,
             "diverged": {n: f.to_json() for n, f in sorted(self.diverged.items())},
             "peers": peers,

@@ -136,3 +136,26 @@ def partial_block(path: Path, offset: int) -> bytes:
     if len(data) != offset - start:
         raise EOFError(f"{path} is shorter than {offset} bytes")
     return data
+
+
+def line_number(path: Path, offset: int) -> int:
+    """1-based number of the line that holds byte `offset`."""
+    count = 0
+    with path.open("rb", buffering=0) as f:
+        pos = 0
+        while pos < offset:
+            chunk = os.pread(f.fileno(), min(READ_CHUNK, offset - pos), pos)
+            if not chunk:
+                break
+            count += chunk.count(b"\n")
+            pos += len(chunk)
+    return count + 1
+
+
+def line_around(buf: bytes, i: int, limit: int = 160) -> str:
+    """The line of `buf` that holds index i, abridged, for a human reading a divergence."""
+    start = buf.rfind(b"\n", 0, i) + 1
+    end = buf.find(b"\n", i)
+    line = buf[start : end if end >= 0 else len(buf)]
+    text = line.decode("utf-8", "replace")
+    return text if len(text) <= limit else text[: limit - 1] + "…"

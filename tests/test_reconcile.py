@@ -155,3 +155,24 @@ def test_file_state_words() -> None:
     assert file_state(None, False, [PeerState.BEHIND, PeerState.IN_SYNC]) == "ahead"
     assert file_state(None, False, [PeerState.IN_SYNC]) == "in_sync"
     assert file_state(None, False, []) == "alone"
+
+
+@settings(max_examples=100, deadline=None)
+@given(common=st.binary(max_size=3 * 65536 + 10), a=st.binary(min_size=1, max_size=50),
+       b=st.binary(min_size=1, max_size=50))
+def test_locating_the_first_difference(common: bytes, a: bytes, b: bytes) -> None:
+    from syncd.ledger import BLOCK
+    from syncd.reconcile import first_differing_block, first_differing_byte
+
+    if a[0] == b[0]:
+        b = bytes([(a[0] + 1) % 256]) + b[1:]
+    ours, theirs = common + a, common + b
+    lo, lt = ledger_of(ours), ledger_of(theirs)
+    block = first_differing_block(lo.chain, lt.chain[1:], 0)
+    if block is None:  # the difference sits after the last common full block
+        block = min(len(lo.chain), len(lt.chain)) - 1
+    assert block == len(common) // BLOCK
+    start = block * BLOCK
+    i = first_differing_byte(ours[start : start + BLOCK], theirs[start : start + BLOCK])
+    assert i is not None and start + i == len(common)
+    assert first_differing_byte(b"abc", b"abcd") is None

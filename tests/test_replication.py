@@ -144,7 +144,7 @@ def test_edit_inside_replicated_prefix_freezes_and_changes_nothing(
         f.write(bytes(edited[100:101]))
     append(src, ishiki_lines(2))
     a_state = wait_state(a, "diverged")
-    assert "changed" in str(a_state["freeze"])
+    assert "changed locally" in str(a_state["note"])
     for d in (b, c):
         f = wait_state(d, "diverged")
         assert "a" in f["diverged"]  # type: ignore[operator]
