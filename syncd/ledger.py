@@ -16,8 +16,10 @@ at the current end costs nothing (the partial block's hasher runs as bytes are a
 hosts can find their first differing block by comparing chain values, which only ever diverge
 once (a chain that differs at i differs at every later index).
 
-hashlib objects cannot be serialised, so a restart rebuilds the partial-block hasher by reading
-at most one block from disk; the chain itself is persisted.
+The partial block's bytes are kept too (at most BLOCK bytes per file): they let a host check
+the bytes just below its end by comparison instead of hashing, and decide whether a file that
+shrank is a truncation of what it held or an edit. hashlib objects cannot be serialised, so a
+restart rebuilds the partial block from disk; the chain itself is persisted.
 
 This module is pure: no files, no clocks. Callers hand it bytes.
 """
@@ -45,12 +47,12 @@ def block_start(offset: int) -> int:
 class Ledger:
     """Size and prefix digests of one copy. Only grows: `extend` is the one way to change it."""
 
-    __slots__ = ("_chain", "_partial", "_partial_len", "_size")
+    __slots__ = ("_chain", "_partial", "_size", "_tail")
 
     def __init__(self) -> None:
         self._chain: list[bytes] = [ZERO_CHAIN]
         self._partial = hashlib.sha256()
-        self._partial_len = 0
+        self._tail = bytearray()
         self._size = 0
 
     @property
@@ -65,18 +67,18 @@ class Ledger:
     def extend(self, data: bytes) -> None:
         view = memoryview(data)
         while view:
-            room = BLOCK - self._partial_len
+            room = BLOCK - len(self._tail)
             piece = view[:room]
             self._partial.update(piece)
-            self._partial_len += len(piece)
+            self._tail += piece
             self._size += len(piece)
             view = view[room:]
-            if self._partial_len == BLOCK:
+            if len(self._tail) == BLOCK:
                 self._chain.append(
                     hashlib.sha256(self._chain[-1] + self._partial.digest()).digest()
                 )
                 self._partial = hashlib.sha256()
-                self._partial_len = 0
+                self._tail = bytearray()
 
     def digest(self) -> bytes:
         """Digest of the whole prefix this ledger covers (O(1))."""
@@ -85,6 +87,26 @@ class Ledger:
     def partial_digest(self) -> bytes:
         """sha256 of the bytes after the last full block: what a restart checks against disk."""
         return self._partial.digest()
+
+    @property
+    def tail(self) -> bytes:
+        """The bytes after the last full block (fewer than BLOCK)."""
+        return bytes(self._tail)
+
+    def is_prefix_of_ours(self, other: Ledger) -> bool | None:
+        """Whether `other` (a copy no longer than ours) is a prefix of ours.
+
+        None when it cannot be told: `other` ends inside a block that is full here, and of
+        full blocks only the digest is kept.
+        """
+        if other.size > self._size:
+            raise ValueError("the other copy is longer")
+        full = other.size // BLOCK
+        if self.first_changed_block(other.chain) is not None:
+            return False
+        if full < len(self._chain) - 1:
+            return None if other.size % BLOCK else True
+        return self.tail.startswith(other.tail)
 
     def digest_at(self, offset: int, partial: bytes) -> bytes:
         """Digest of the prefix of length `offset` <= size.
@@ -121,7 +143,7 @@ class Ledger:
         ledger = cls()
         ledger._chain = chain[: full_blocks + 1]
         ledger._partial.update(partial)
-        ledger._partial_len = len(partial)
+        ledger._tail = bytearray(partial)
         ledger._size = size
         return ledger
 

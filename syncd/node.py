@@ -171,7 +171,7 @@ class Node:
                 for file in self.config.files_of(entry.name):
                     self._replica(entry.name, file)
 
-    def _on_hint(self, path: str) -> None:
+    def _on_hint(self, path: str, gone: bool = False) -> None:
         try:
             rel = Path(path).relative_to(self.config.runtimes_dir)
         except ValueError:
@@ -188,7 +188,7 @@ class Node:
             if found is None and Path(path).is_file():
                 found = self._replica(parts[0], parts[1])
             if found is not None:
-                found.hint_local()
+                found.hint_local(replaced=gone)
 
     async def _sweep_forever(self) -> None:
         # The safety net under the watcher: inotify can merge or drop events.

@@ -121,6 +121,8 @@ class Replica:
         self.counters = {"shipped_bytes": 0, "applied_bytes": 0, "served_bytes": 0}
         self._inbox: deque[Event] = deque()
         self._local_pending = False
+        self._replaced = False  # the watcher saw the file deleted or renamed over
+        self._own_move_until = 0.0  # deletions before this are our own (archiving on adopt)
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._last_announce = -ANNOUNCE_GAP
@@ -144,7 +146,11 @@ class Replica:
     def name(self) -> str:
         return f"{self.key}/{self.file}"
 
-    def hint_local(self) -> None:
+    def hint_local(self, replaced: bool = False) -> None:
+        """Look at the local file again; `replaced`: it was deleted or renamed over."""
+        if (replaced and self.ledger is not None and self.ledger.size > 0
+                and time.monotonic() > self._own_move_until):
+            self._replaced = True
         if not self._local_pending:
             self._local_pending = True
             self._wake.set()
@@ -298,16 +304,16 @@ class Replica:
         st = store.stat(self.path)
         now = (st.dev, st.ino, st.size, st.mtime_ns) if st else None
         change = classify_local(self.ledger.size, self.inode, self.seen, now)
+        if self._replaced:
+            self._replaced = False
+            if self.freeze is None:
+                what = "deleted" if st is None else "deleted or renamed over, then recreated"
+                self._freeze("reset", f"file {what} (held {self.ledger.size} bytes)")
+            return
         if change is LocalChange.NONE:
             return
         if change is LocalChange.RESET:
-            if st is None:
-                detail = f"file deleted (held {self.ledger.size} bytes)"
-            elif self.inode is not None and st.inode != self.inode:
-                detail = "file replaced (new inode)"
-            else:
-                detail = f"file shrank from {self.ledger.size} to {st.size} bytes"
-            self._freeze("reset", detail)
+            await self._shrunk_or_replaced(st)
             return
         assert st is not None
         self.seen = (st.size, st.mtime_ns)
@@ -327,6 +333,33 @@ class Replica:
             return
         await self._ship(st.size)
 
+    async def _shrunk_or_replaced(self, st: store.Stat | None) -> None:
+        """Fewer bytes than we held, or another file: a reset, unless it is plainly an edit.
+
+        A reset freezes the file here and nowhere else: we neither pour the old history back
+        into the new file nor push the reset to the peers. A copy that shrank because bytes
+        inside it changed (the seed's "delete the bad line") is an edit: described as it is,
+        it makes every peer that holds the old bytes diverge, as any other edit does.
+        """
+        ledger = self.ledger
+        assert ledger is not None
+        if st is None:
+            self._freeze("reset", f"file deleted (held {ledger.size} bytes)")
+            return
+        if self.inode is not None and st.inode != self.inode:
+            self._freeze("reset", f"file replaced (new inode; held {ledger.size} bytes)")
+            return
+        raw = await asyncio.to_thread(store.hash_file, self.path, None, False)
+        if raw.size < ledger.size and ledger.is_prefix_of_ours(raw) is False:
+            where = _first_change(ledger, raw)
+            self.ledger = await asyncio.to_thread(store.hash_file, self.path)
+            self.host.records.forget_chain(self.key, self.file)
+            self._adopt_stat(store.stat(self.path))
+            self._noticed_edit(where, f"file rewritten shorter, {ledger.size} -> {st.size} "
+                                      "bytes")
+            return
+        self._freeze("reset", f"file truncated from {ledger.size} to {st.size} bytes")
+
     async def _ship(self, file_size: int) -> None:
         """Send local growth: whole lines only, after re-reading the bytes we vouch for."""
         ledger = self.ledger
@@ -334,9 +367,7 @@ class Replica:
         start = ledger.size
         # Re-read the partial block below our end: an in-place edit there followed by an
         # append would otherwise ship under a stale digest.
-        if hashlib.sha256(store.partial_block(self.path, start)).digest() != (
-            ledger.partial_digest()
-        ):
+        if store.read_range(self.path, block_start(start), start) != ledger.tail:
             await self._check_whole_file("bytes below the end changed")
             return
         end = store.last_line_end(self.path, start, file_size)
@@ -367,7 +398,7 @@ class Replica:
             partial = store.partial_block(self.path, ledger.size)
             if fresh.digest_at(ledger.size, partial) == ledger.digest():
                 return
-        where = _first_change(ledger.chain, fresh, ledger.size)
+        where = _first_change(ledger, fresh)
         self.ledger = fresh
         self.host.records.forget_chain(self.key, self.file)
         self._adopt_stat(store.stat(self.path))
@@ -636,6 +667,7 @@ class Replica:
         if source == self.host.node:
             await self._accept_local(done)
             return
+        self._own_move_until = time.monotonic() + 5.0
         reasons = [f.detail for f in ([self.freeze] if self.freeze else [])]
         reasons += [f"diverged from {n}: {f.detail}" for n, f in self.diverged.items()]
         archive = await asyncio.to_thread(
@@ -647,6 +679,7 @@ class Replica:
                     archive)
         self.ledger = Ledger()
         self.freeze, self.diverged, self.note = None, {}, None
+        self._replaced = False
         self._locating.clear()
         self.fetch = None
         self._adopt_stat(None)
@@ -830,9 +863,16 @@ class Replica:
         }
 
 
-def _first_change(old_chain: list[bytes], fresh: Ledger, size: int) -> int:
-    """Offset of the first block whose bytes differ (the last block when all full ones agree)."""
-    changed = fresh.first_changed_block(old_chain)
+def _first_change(old: Ledger | list[bytes], fresh: Ledger, size: int | None = None) -> int:
+    """Where two versions of a file first differ: the byte when the old tail is known (old is
+    a Ledger), else the start of the first differing block."""
+    chain = old.chain if isinstance(old, Ledger) else old
+    changed = fresh.first_changed_block(chain)
     if changed is not None:
         return changed * BLOCK
-    return block_start(min(size, fresh.size))
+    if isinstance(old, Ledger):
+        at = first_differing_byte(old.tail, fresh.tail) if old.size // BLOCK == (
+            fresh.size // BLOCK) else None
+        return block_start(min(old.size, fresh.size)) + (
+            at if at is not None else min(len(old.tail), len(fresh.tail)))
+    return block_start(min(size if size is not None else fresh.size, fresh.size))

@@ -16,17 +16,21 @@ from typing import Any
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
+Hint = Callable[[str, bool], None]  # (path, gone): gone = deleted, or moved away or over
+
 
 class _Bridge(FileSystemEventHandler):
-    def __init__(self, loop: asyncio.AbstractEventLoop, hint: Callable[[str], None]) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, hint: Hint) -> None:
         self._loop = loop
         self._hint = hint
 
     def on_any_event(self, event: FileSystemEvent) -> None:
-        # Runs on the observer thread: hand over and return at once.
+        # Runs on the observer thread: hand over and return at once. A deletion or a rename
+        # is worth passing on: a recreated file can get the same inode number back.
+        gone = event.event_type in ("deleted", "moved")
         for path in (event.src_path, getattr(event, "dest_path", "")):
             if path:
-                self._loop.call_soon_threadsafe(self._hint, _text(path))
+                self._loop.call_soon_threadsafe(self._hint, _text(path), gone)
 
 
 def _text(path: Any) -> str:
@@ -34,7 +38,7 @@ def _text(path: Any) -> str:
 
 
 class Watcher:
-    def __init__(self, root: Path, hint: Callable[[str], None]) -> None:
+    def __init__(self, root: Path, hint: Hint) -> None:
         self._root = root
         self._hint = hint
         self._observer: Any = None

@@ -71,3 +71,21 @@ def test_digest_commits_to_the_length() -> None:
     # A prefix and its extension by zero-length never collide with other lengths.
     assert digest_of(b"") != digest_of(b"\x00")
     assert digest_of(b"a" * BLOCK) != digest_of(b"a" * (BLOCK - 1))
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=data_st, cut=st.integers(min_value=0), flip=st.booleans())
+def test_is_prefix_of_ours_tells_truncation_from_edit(data: bytes, cut: int, flip: bool) -> None:
+    n = cut % (len(data) + 1)
+    other = bytearray(data[:n])
+    if flip and other:
+        other[-1] ^= 0xFF
+    ours = Ledger()
+    ours.extend(data)
+    theirs = Ledger()
+    theirs.extend(bytes(other))
+    verdict = ours.is_prefix_of_ours(theirs)
+    truth = data.startswith(bytes(other))
+    assert verdict in (truth, None)
+    if n // BLOCK == len(data) // BLOCK or n % BLOCK == 0:
+        assert verdict is truth  # decidable: ends in our partial block or on a block edge

@@ -7,6 +7,7 @@ not be asked.
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,7 @@ def render(status: dict[str, Any]) -> str:
     rows = [("KEY", "FILE", "SIZE", "STATE", "PEERS")]
     for f in status["files"]:
         peer_text = ", ".join(
-            f"{n}={p['size']} {p['state']}{'' if p['online'] else ' (offline)'}"
+            f"{n}={p['size']} {p['frozen'] or p['state']}{'' if p['online'] else ' (offline)'}"
             for n, p in f["peers"].items()
         ) or "-"
         rows.append((f["key"], f["file"], str(f["size"]), f["state"], peer_text))
@@ -60,12 +61,30 @@ def render(status: dict[str, Any]) -> str:
     for r in rows:
         lines.append("  ".join(c.ljust(w) for c, w in zip(r[:4], widths, strict=True))
                      + "  " + r[4])
-    problems = [f for f in status["files"] if f["state"] in PROBLEM_STATES]
-    for f in problems:
-        lines.append("")
+    for f in status["files"]:
+        name = f"{f['key']}/{f['file']}"
         freeze = f.get("freeze")
+        if freeze or f.get("diverged") or f.get("note"):
+            lines.append("")
         if freeze:
-            lines.append(f"{f['key']}/{f['file']}: {freeze['reason'].upper()}: {freeze['detail']}")
+            lines.append(f"{name}: {freeze['reason'].upper()} since {_when(freeze['since'])}: "
+                         f"{freeze['detail']}")
         for peer, d in f.get("diverged", {}).items():
-            lines.append(f"{f['key']}/{f['file']}: DIVERGED from {peer}: {d['detail']}")
+            lines.append(f"{name}: DIVERGED from {peer} since {_when(d['since'])}: {d['detail']}")
+            if d.get("line") is not None:
+                lines.append(f"    first difference at byte {d['offset']}, line {d['line']} "
+                             "(same line number on both sides)")
+                lines.append(f"    here ({status['node']}): {d['ours']}")
+                lines.append(f"    {peer}: {d['theirs']}")
+            else:
+                lines.append("    first difference: not located yet (the peer must be online)")
+        if f.get("note"):
+            lines.append(f"{name}: note: {f['note']}")
+        if freeze or f.get("diverged"):
+            lines.append(f"    resolve on the host whose copy should lose: syncd adopt {f['key']} "
+                         "--from <node that wins>")
     return "\n".join(lines)
+
+
+def _when(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(ts))
