@@ -122,6 +122,7 @@ class Replica:
         self._inbox: deque[Event] = deque()
         self._local_pending = False
         self._replaced = False  # the watcher saw the file deleted or renamed over
+        self._absorbing = -1  # offset of a peer's frame held back while local bytes ship
         self._own_move_until = 0.0  # deletions before this are our own (archiving on adopt)
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -441,7 +442,7 @@ class Replica:
             view.state = PeerState.IN_SYNC if peer.size == ledger.size else PeerState.BEHIND
             return
         if peer.size > ledger.size:
-            view.state = PeerState.AHEAD
+            view.state = PeerState.DIVERGED if sender in self.diverged else PeerState.AHEAD
             if view.frozen is not None and not view.probed:
                 # We will not fetch from a frozen peer, so ask it once whether our prefix is
                 # its prefix: a zero-length request is answered only by a refusal.
@@ -482,10 +483,18 @@ class Replica:
             return
         st = store.stat(self.path)
         if st is not None and st.size != ledger.size:
-            # Bytes we never shipped sit past our end (a local writer): two histories.
-            self._diverge(sender, ledger.size, f"local bytes past offset {ledger.size} that no "
-                                               f"peer has, while {sender} sent others")
+            # Bytes we have not shipped yet sit past our end: a local writer. Take them into
+            # the ledger first (and announce them), so both sides see the two histories;
+            # then this frame is judged again.
+            if self._absorbing != d.offset:
+                self._absorbing = d.offset
+                self._inbox.appendleft(("data", sender, d))
+                self._local_pending = True
+                return
+            self._diverge(sender, ledger.size, f"unterminated local line past offset "
+                                               f"{ledger.size}, while {sender} sent other bytes")
             return
+        self._absorbing = -1
         if st is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -640,7 +649,8 @@ class Replica:
             self.host.send(frames.Kind.PROBE, self.key, self.file,
                            Probe(ProbeWhat.BYTES, block * BLOCK, BLOCK), to=sender)
             return
-        ours = store.read_range(self.path, p.start, min(ledger.size, p.start + len(p.data)))
+        # What the file holds, shipped or not: that is what the operator compares.
+        ours = store.read_range(self.path, p.start, p.start + len(p.data))
         i = first_differing_byte(ours, p.data)
         if i is None:
             i = min(len(ours), len(p.data))  # one copy ends where the other goes on
