@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import time
@@ -138,6 +139,37 @@ class Node:
 
     def stop(self) -> None:
         self._stop.set()
+
+    async def reload(self, config: Config) -> None:
+        """Apply a re-read config (SIGHUP): new and removed keys, file lists, roles, tuning.
+
+        Identity and wiring (node, directories, broker) need a restart; they are kept as they
+        were, and the log says so.
+        """
+        fixed = ("node", "runtimes_dir", "state_dir", "mqtt")
+        changed = [name for name in fixed if getattr(config, name) != getattr(self.config, name)]
+        if changed:
+            log.warning("reload: %s changed; that takes a restart (keeping the running values)",
+                        ", ".join(changed))
+            config = dataclasses.replace(config, **{n: getattr(self.config, n) for n in fixed})
+        self.config = config
+        self.chunk_bytes = config.chunk_bytes
+        self.fetch_window = config.fetch_window_bytes
+        self.request_timeout = config.request_timeout
+        self.persist_interval = config.persist_interval
+        for (key, file), r in list(self.replicas.items()):
+            if not config.wants_key(key) or file not in config.files_of(key):
+                await r.stop()
+                del self.replicas[(key, file)]
+                log.info("reload: %s is no longer replicated", r.name)
+            elif r.role != config.role_of(key):
+                log.info("reload: %s role %s -> %s", r.name, r.role, config.role_of(key))
+                r.role = config.role_of(key)
+                r.deliver("tick", "", None)
+        before = len(self.replicas)
+        self._discover()
+        log.info("reload: configuration applied (%d files, %d new)", len(self.replicas),
+                 len(self.replicas) - before)
 
     @property
     def socket_path(self) -> Path:

@@ -160,6 +160,10 @@ class Daemon:
             self.proc.wait(10)
         self.proc = None
 
+    def reload(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGHUP)
+
     def pause(self) -> None:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGSTOP)

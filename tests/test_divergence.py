@@ -230,3 +230,20 @@ def test_roles_source_never_takes_and_replica_never_ships(
     found = wait_state(b, "diverged")
     assert "replica" in str(found["freeze"])
     assert content(a.path(KEY)) == before  # the source took nothing
+
+
+def test_role_change_takes_effect_on_reload(
+    broker: Broker, make_daemon: Callable[..., Daemon]
+) -> None:
+    a, b = (make_daemon(n, broker) for n in "ab")
+    append(a.path(KEY), ishiki_lines(3))
+    wait_equal(content(a.path(KEY)), b)
+    good = b.config.read_text()
+    b.config.write_text(good + "\n[mqtt.oops]\n")  # invalid: the running config stays
+    b.reload()
+    wait_until(lambda: "reload refused" in b.read_log(), 10, "the refusal in the log")
+    b.config.write_text('role = "replica"\n' + good)
+    b.reload()
+    wait_until(lambda: b.file_status(KEY)["role"] == "replica", 10, "b to become a replica")
+    append(b.path(KEY), ishiki_lines(1))
+    wait_state(b, "diverged")

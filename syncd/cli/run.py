@@ -15,6 +15,7 @@ from typing import IO
 import click
 
 from syncd.cli.common import config_option, load_or_exit
+from syncd.config import ConfigError, load_config
 from syncd.node import Node, StartupError
 
 
@@ -46,6 +47,7 @@ async def _run(node: Node) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, node.stop)
+    loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(_reload(node)))
     await node.run(ready=lambda: logging.getLogger("syncd").info("ready"))
 
 
@@ -61,3 +63,15 @@ def _tracer(path: Path) -> Callable[[str, str, int], None]:
         out.write(f"{key} {file} {size} {time.monotonic_ns()}\n")
 
     return hook
+
+
+async def _reload(node: Node) -> None:
+    source = node.config.source
+    assert source is not None
+    try:
+        config = load_config(source)
+    except ConfigError as e:
+        logging.getLogger("syncd").error("reload refused, keeping the running configuration: %s",
+                                         e)
+        return
+    await node.reload(config)
