@@ -27,6 +27,7 @@ from syncd.archive import archive_copy
 from syncd.frames import Announce, Data, Probe, Probed, ProbeWhat, Refuse, Request
 from syncd.ledger import BLOCK, DIGEST_SIZE, Ledger, Position, block_start
 from syncd.persist import FileRecord, Freeze, RecordStore
+from syncd.readiness import IncrementalVerifier, readiness
 from syncd.reconcile import (
     LocalChange,
     PeerState,
@@ -126,6 +127,7 @@ class Replica:
         self._own_move_until = 0.0  # deletions before this are our own (archiving on adopt)
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self.verifier = IncrementalVerifier(path, host.records.root / key / f"{file}.verify")
         self._last_announce = -ANNOUNCE_GAP
         self._announce_timer: asyncio.TimerHandle | None = None
         self.loaded = asyncio.Event()  # set once the start-up check is done (even if it failed)
@@ -142,6 +144,10 @@ class Replica:
                 await self._task
             self._task = None
         self.persist(force=True)
+        await self.verifier.close()
+
+    def _verify_follow(self) -> None:
+        self.verifier.follow(lambda: self.ledger.size if self.ledger is not None else 0)
 
     @property
     def name(self) -> str:
@@ -177,6 +183,9 @@ class Replica:
         finally:
             self.verifying = False
             self.loaded.set()
+        if self.ledger is not None and self.note is None:
+            self.verifier.restore(self.ledger.size)
+        self._verify_follow()
         self.announce()
         self._local_pending = True
         while True:
@@ -418,6 +427,8 @@ class Replica:
         for view in self.peers.values():
             view.verified = False
         self.record_dirty = True
+        self.verifier.restart()
+        self._verify_follow()
         self.announce(now=True)
 
     # --- peers ------------------------------------------------------------------------------
@@ -558,6 +569,7 @@ class Replica:
             log.info("%s: no answer from %s for bytes up to %d; asking again", self.name,
                      self.fetch.peer, self.fetch.upto)
             self.fetch = None
+        self.verifier.save()
         for peer, f in self.diverged.items():
             asked = self._locating.get(peer)
             if f.line is None and (asked is None or time.monotonic() - asked > 5):
@@ -699,6 +711,7 @@ class Replica:
         self.record_dirty = True
         self.persist(force=True)
         self.adopting = Adoption(source, done, archive, time.monotonic())
+        self.verifier.restart()
         self.announce(now=True)
         self._check_adopted()
         self._maybe_fetch()
@@ -717,6 +730,8 @@ class Replica:
         self.persist(force=True)
         log.warning("%s: operator keeps the local copy (%d bytes); replication resumes from it",
                     self.name, self.position.size)
+        self.verifier.restart()
+        self._verify_follow()
         self.announce(now=True)
         for sender, v in self.peers.items():
             self._assess(sender, v)
@@ -764,6 +779,7 @@ class Replica:
             self._assess(sender, view)
         self.announce()
         self._check_adopted()
+        self._verify_follow()
 
     def announce(self, now: bool = False) -> None:
         """Publish our position (retained), at most every ANNOUNCE_GAP seconds per file.
@@ -856,13 +872,24 @@ class Replica:
                 "lag_bytes": max(0, self.position.size - v.position.size),
             }
         states = [v.state for v in self.peers.values()]
+        state = file_state(self.frozen, self.verifying, states)
+        report = self.verifier.report()
+        ahead = {n: v.position.size - self.position.size for n, v in self.peers.items()
+                 if v.position.size > self.position.size and n not in self.diverged}
+        ready, why_not = readiness(state, self.frozen, ahead, report, self.verifier.size,
+                                   self.ledger.size if self.ledger else self.position.size)
         return {
             "key": self.key,
             "file": self.file,
             "path": str(self.path),
             "size": self.position.size,
             "file_size": self.last_stat.size if self.last_stat else 0,
-            "state": file_state(self.frozen, self.verifying, states),
+            "state": state,
+            "ready": ready,
+            "not_ready": why_not,
+            "log_check": {"bytes": self.verifier.size, "read": self.verifier.bytes_read,
+                          "clean": report.clean if report else None,
+                          "problems": dict(report.problem_counts) if report else {}},
             "role": self.role,
             "note": self.note,
             "adopting": self.adopting.peer if self.adopting else None,

@@ -49,18 +49,19 @@ def render(status: dict[str, Any]) -> str:
             f"peers online: {', '.join(online) or '-'}")
     if offline:
         head += f"  offline: {', '.join(offline)}"
-    rows = [("KEY", "FILE", "SIZE", "STATE", "PEERS")]
+    rows = [("KEY", "FILE", "SIZE", "STATE", "READY", "PEERS")]
     for f in status["files"]:
         peer_text = ", ".join(
             f"{n}={p['size']} {p['frozen'] or p['state']}{'' if p['online'] else ' (offline)'}"
             for n, p in f["peers"].items()
         ) or "-"
-        rows.append((f["key"], f["file"], str(f["size"]), f["state"], peer_text))
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        rows.append((f["key"], f["file"], str(f["size"]), f["state"],
+                     "yes" if f["ready"] else "no", peer_text))
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
     lines = [head, ""]
     for r in rows:
-        lines.append("  ".join(c.ljust(w) for c, w in zip(r[:4], widths, strict=True))
-                     + "  " + r[4])
+        lines.append("  ".join(c.ljust(w) for c, w in zip(r[:5], widths, strict=True))
+                     + "  " + r[5])
     for f in status["files"]:
         name = f"{f['key']}/{f['file']}"
         freeze = f.get("freeze")
@@ -83,6 +84,8 @@ def render(status: dict[str, Any]) -> str:
         if freeze or f.get("diverged"):
             lines.append(f"    resolve on the host whose copy should lose: syncd adopt {f['key']} "
                          "--from <node that wins>")
+        elif not f["ready"]:
+            lines.append(f"{name}: not ready to take over: {'; '.join(f['not_ready'])}")
     return "\n".join(lines)
 
 

@@ -1,0 +1,142 @@
+"""Can this host take over a key now? The log checks of `syncd verify`, kept up incrementally.
+
+Each replicated file has a checker that has seen the file's first `size` bytes. After every
+growth it reads only the bytes it has not seen (they are fresh in the page cache), in a worker
+thread so that replication never waits for it. Its state is saved in `state_dir` (at most every
+SAVE_INTERVAL seconds, and on shutdown) together with the size it covers, so a restart goes on
+from there instead of re-reading whole files. When the file's history is replaced (an adopted
+copy, a noticed edit) the checker starts again from byte 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+
+from syncd import store
+from syncd.verify import LogChecker, Report
+
+log = logging.getLogger("syncd.readiness")
+
+STEP = 4 << 20
+SAVE_INTERVAL = 30.0
+
+
+class IncrementalVerifier:
+    def __init__(self, path: Path, state_file: Path) -> None:
+        self.path = path
+        self.state_file = state_file
+        self.checker = LogChecker()
+        self.size = 0  # bytes of the file the checker has seen
+        self._generation = 0
+        self._task: asyncio.Task[None] | None = None
+        self._report: Report | None = None
+        self._saved_at = 0.0
+        self._saved_size = -1
+        self.bytes_read = 0  # since start: shows that a restart did not re-read the file
+
+    def restore(self, limit: int) -> None:
+        """Continue from the saved state if it covers no more than `limit` bytes (the ledger)."""
+        try:
+            saved = orjson.loads(self.state_file.read_bytes())
+            size = saved["size"]
+            if not 0 <= size <= limit:
+                return
+            self.checker = LogChecker.from_state(saved["checker"].encode())
+            self.size = self._saved_size = size
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            log.warning("%s: saved verification state unusable (%s); verifying from the start",
+                        self.path, e)
+
+    def restart(self) -> None:
+        """The file's history was replaced: check it again from byte 0."""
+        self._generation += 1
+        self.checker = LogChecker()
+        self.size = 0
+        self._report = None
+        self._saved_size = -1
+
+    def follow(self, target: Callable[[], int]) -> None:
+        """Catch up to target() in the background (one catch-up at a time)."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._catch_up(target))
+
+    async def _catch_up(self, target: Callable[[], int]) -> None:
+        generation = self._generation
+        checker = self.checker
+        while (end := target()) > self.size:
+            start = self.size
+            data = await asyncio.to_thread(_read_and_feed, checker, self.path, start,
+                                           min(end, start + STEP))
+            if generation != self._generation:
+                return  # restarted meanwhile; the new history gets its own catch-up
+            if not data:
+                break
+            self.size = start + data
+            self.bytes_read += data
+            self._report = None
+        self.save()
+
+    def report(self) -> Report | None:
+        """The current report, or the last one while a catch-up is feeding the checker."""
+        if self._report is None and (self._task is None or self._task.done()):
+            self._report = self.checker.report()
+        return self._report
+
+    def save(self, force: bool = False) -> None:
+        if self.size == self._saved_size:
+            return
+        if not force and time.monotonic() - self._saved_at < SAVE_INTERVAL:
+            return
+        if self._task is not None and not self._task.done() and not force:
+            return
+        blob = orjson.dumps({"size": self.size, "checker": self.checker.to_state().decode()})
+        tmp = self.state_file.with_name(self.state_file.name + ".tmp")
+        with contextlib.suppress(OSError):
+            self.state_file.parent.mkdir(parents=True, exist_ok=True)
+            with tmp.open("wb") as f:
+                f.write(blob)
+                f.flush()
+                os.fsync(f.fileno())
+            tmp.replace(self.state_file)
+            self._saved_at, self._saved_size = time.monotonic(), self.size
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        self.save(force=True)
+
+
+def _read_and_feed(checker: LogChecker, path: Path, start: int, end: int) -> int:
+    data = store.read_range(path, start, end)
+    checker.feed(data)
+    return len(data)
+
+
+def readiness(state: str, frozen: str | None, peers_ahead: dict[str, int],
+              report: Report | None, verified: int, size: int) -> tuple[bool, list[str]]:
+    """Ready to take over: nothing newer anywhere, not frozen, and the copy checks clean."""
+    reasons = []
+    if frozen:
+        reasons.append(f"frozen ({frozen})")
+    for node, lag in sorted(peers_ahead.items()):
+        reasons.append(f"{node} holds {lag} more bytes")
+    if state == "verifying":
+        reasons.append("start-up check running")
+    if report is None or verified < size:
+        reasons.append(f"log check running ({verified} of {size} bytes)")
+    elif not report.clean:
+        kinds = ", ".join(f"{k} {n}" for k, n in report.problem_counts.items())
+        reasons.append(f"log check found problems: {kinds}")
+    return not reasons, reasons
