@@ -101,7 +101,9 @@ def run(root: Path, keys: int = 1000, kib: int = 1024, idle: float = 20, load: f
     broker = Broker(root / "broker", max_queued_messages=1000)
     broker.start()
     trace = root / "trace-b"
-    a = Daemon(root, "a", broker, tuning="", log_level="info")
+    shipped = root / "trace-a"  # A traces its own appends once fsync'ed and sent
+    a = Daemon(root, "a", broker, tuning="", log_level="info",
+               env={"SYNCD_TRACE_FILE": str(shipped)})
     b = Daemon(root, "b", broker, tuning="", log_level="info",
                env={"SYNCD_TRACE_FILE": str(trace)})
     r: dict[str, Any] = {"keys": keys}
@@ -160,6 +162,7 @@ def run(root: Path, keys: int = 1000, kib: int = 1024, idle: float = 20, load: f
         r["load_rate"] = achieved
         r["load_lag"] = lag_stats(writes, read_trace(trace))
         r["_writes"] = writes
+        r["ship_lag"] = lag_stats(writes, read_trace(shipped))
         r["rss_load"] = {n: rss_mb(p) for n, p in pids.items()}
         return r
     finally:

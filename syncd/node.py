@@ -228,8 +228,7 @@ class Node:
             await asyncio.sleep(self.config.sweep_interval)
             self._discover()
             for r in list(self.replicas.values()):
-                r.hint_local()
-                r.deliver("tick", "", None)
+                r.sweep()
 
     # --- the link ---------------------------------------------------------------------------
 

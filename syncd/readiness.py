@@ -86,6 +86,10 @@ class IncrementalVerifier:
             self._report = None
         self.save()
 
+    @property
+    def unsaved(self) -> bool:
+        return self.size != self._saved_size
+
     def report(self) -> Report | None:
         """The current report, or the last one while a catch-up is feeding the checker."""
         if self._report is None and (self._task is None or self._task.done()):

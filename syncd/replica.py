@@ -123,6 +123,7 @@ class Replica:
         self.counters = {"shipped_bytes": 0, "applied_bytes": 0, "served_bytes": 0}
         self._inbox: deque[Event] = deque()
         self._local_pending = False
+        self._swept: tuple[int, int, int, int] | None = None  # stat at the last sweep
         self._replaced = False  # the watcher saw the file deleted or renamed over
         self._absorbing = -1  # offset of a peer's frame held back while local bytes ship
         self._own_move_until = 0.0  # deletions before this are our own (archiving on adopt)
@@ -162,6 +163,27 @@ class Replica:
         if not self._local_pending:
             self._local_pending = True
             self._wake.set()
+
+    def sweep(self) -> None:
+        """The node's periodic safety net: look again if the file changed since the last sweep
+        (inotify can merge or drop events), and tick only if time-driven work is pending, so
+        that thousands of idle files cost one stat each per sweep and nothing more."""
+        st = store.stat(self.path)
+        now = (st.ino, st.size, st.mtime_ns, st.ctime_ns) if st else None
+        if now != self._swept:
+            self._swept = now
+            self.hint_local()
+        if self._wants_tick():
+            self.deliver("tick", "", None)
+
+    def _wants_tick(self) -> bool:
+        return bool(
+            self.fetch is not None
+            or self.adopting is not None
+            or self.record_dirty
+            or self.verifier.unsaved
+            or any(f.line is None and self.host.is_online(p) for p, f in self.diverged.items())
+        )
 
     def deliver(self, what: str, sender: str, payload: object) -> None:
         self._inbox.append((what, sender, payload))
