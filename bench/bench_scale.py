@@ -161,7 +161,6 @@ def run(root: Path, keys: int = 1000, kib: int = 1024, idle: float = 20, load: f
         r["load_writes"] = len(writes)
         r["load_rate"] = achieved
         r["load_lag"] = lag_stats(writes, read_trace(trace))
-        r["_writes"] = writes
         r["ship_lag"] = lag_stats(writes, read_trace(shipped))
         r["rss_load"] = {n: rss_mb(p) for n, p in pids.items()}
         return r

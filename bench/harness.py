@@ -201,6 +201,71 @@ class CpuMeter:
         return self.percent
 
 
+def _machine_busy_seconds() -> float:
+    """CPU seconds all cores spent busy since boot (not idle, not waiting for I/O)."""
+    with open("/proc/stat") as f:
+        fields = [int(v) for v in f.readline().split()[1:]]
+    idle = fields[3] + fields[4]
+    return (sum(fields[:8]) - idle) / CLK_TCK
+
+
+def _own_tree_seconds() -> float:
+    """CPU seconds of this process and all its descendants (reaped ones included)."""
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                text = f.read()
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2 :].split()
+        parents[int(entry)] = int(fields[1])
+        times[int(entry)] = sum(int(v) for v in fields[11:15]) / CLK_TCK
+    ours = {os.getpid()}
+    grew = True
+    while grew:
+        before = len(ours)
+        ours |= {pid for pid, ppid in parents.items() if ppid in ours}
+        grew = len(ours) > before
+    return sum(times[pid] for pid in ours if pid in times)
+
+
+class BackgroundMeter:
+    """CPU % used by processes that are not ours (the host is shared): machine busy time
+    from /proc/stat minus this process tree's. 100 % = one core; approximate."""
+
+    def __init__(self) -> None:
+        self._t0 = self._busy0 = self._own0 = 0.0
+
+    def start(self) -> None:
+        self._t0 = time.monotonic()
+        self._busy0, self._own0 = _machine_busy_seconds(), _own_tree_seconds()
+
+    def stop(self) -> float:
+        wall = time.monotonic() - self._t0
+        busy = _machine_busy_seconds() - self._busy0
+        own = _own_tree_seconds() - self._own0
+        return max(0.0, 100 * (busy - own) / wall)
+
+
+def wait_quiet(threshold: float = 10.0, max_wait: float = 300.0) -> float:
+    """Wait until processes other than ours use < `threshold` % CPU over a second.
+
+    Returns the last reading; gives up (and returns it) after `max_wait` seconds.
+    """
+    deadline = time.monotonic() + max_wait
+    meter = BackgroundMeter()
+    while True:
+        meter.start()
+        time.sleep(1)
+        load = meter.stop()
+        if load < threshold or time.monotonic() > deadline:
+            return load
+
+
 class PySpy:
     """`py-spy record` attached to a running process, raw (folded) output."""
 

@@ -27,6 +27,16 @@ class MqttConfig:
     keepalive: int = 30
     reconnect_min: float = 0.5
     reconnect_max: float = 30.0
+    tls: bool = False
+    tls_ca_file: Path | None = None  # None: the system's CA store
+    tls_cert_file: Path | None = None  # client certificate, for brokers that ask for one
+    tls_key_file: Path | None = None  # None: the key is inside tls_cert_file
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    host: str | None = None  # None: no Prometheus endpoint
+    port: int = 9464
 
 
 ROLES = ("symmetric", "source", "replica")
@@ -43,6 +53,7 @@ class Config:
     node: str
     runtimes_dir: Path
     state_dir: Path
+    secret_file: Path
     mqtt: MqttConfig
     files: tuple[str, ...] = ("events.jsonl",)
     role: str = "symmetric"
@@ -56,6 +67,7 @@ class Config:
     scrub_interval: float = 60.0
     persist_interval: float = 1.0
     request_timeout: float = 3.0
+    metrics: MetricsConfig = MetricsConfig()
     source: Path | None = None
 
     def wants_key(self, key: str) -> bool:
@@ -98,16 +110,18 @@ class Config:
 
 
 _TOP = {
-    "node", "runtimes_dir", "state_dir", "files", "include", "exclude", "chunk_bytes",
-    "fetch_window_bytes", "sweep_interval", "scrub_bytes_per_second", "scrub_interval",
-    "persist_interval", "request_timeout", "mqtt", "keys", "role",
+    "node", "runtimes_dir", "state_dir", "secret_file", "files", "include", "exclude",
+    "chunk_bytes", "fetch_window_bytes", "sweep_interval", "scrub_bytes_per_second",
+    "scrub_interval", "persist_interval", "request_timeout", "mqtt", "keys", "role",
+    "metrics",
 }
 _MQTT = {
     "host", "port", "topic_prefix", "client_id", "username", "password_file", "keepalive",
-    "reconnect_min", "reconnect_max",
+    "reconnect_min", "reconnect_max", "tls", "tls_ca_file", "tls_cert_file", "tls_key_file",
 }
 _KEY = {"files", "role"}
 _PREFIX = re.compile(r"[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*")
+_LISTEN = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):(\d{1,5})")
 
 
 class _Reader:
@@ -154,6 +168,12 @@ class _Reader:
         if not lo <= value <= hi:
             raise self.error(key, f"must be between {lo} and {hi}, got {value}")
         return float(value)
+
+    def flag(self, key: str, default: bool) -> bool:
+        value = self.table.get(key, default)
+        if not isinstance(value, bool):
+            raise self.error(key, f"must be true or false, got {value!r}")
+        return value
 
     def choice(self, key: str, default: str, choices: tuple[str, ...]) -> str:
         value = self.table.get(key, default)
@@ -220,7 +240,8 @@ def parse_config(data: dict[str, Any], path: Path, text: str = "") -> Config:
         raise top.error("node", "use letters, digits, '.', '_' or '-' (at most 128)")
     runtimes_dir = top.path_("runtimes_dir", base, required=True)
     state_dir = top.path_("state_dir", base, required=True)
-    assert runtimes_dir is not None and state_dir is not None
+    secret_file = top.path_("secret_file", base, required=True)
+    assert runtimes_dir is not None and state_dir is not None and secret_file is not None
 
     mqtt_table = data.get("mqtt", {})
     if not isinstance(mqtt_table, dict):
@@ -234,9 +255,15 @@ def parse_config(data: dict[str, Any], path: Path, text: str = "") -> Config:
                                       "(no wildcards, no leading or trailing '/')")
     client_id = m.text("client_id", "") or ""
     reconnect_min = m.number("reconnect_min", 0.5, 0.01, 3600)
+    tls_files = {k: m.path_(k, base) for k in ("tls_ca_file", "tls_cert_file", "tls_key_file")}
+    tls = m.flag("tls", any(tls_files.values()))
+    if not tls and any(tls_files.values()):
+        raise m.error("tls", "is false, yet tls_* files are set (remove them, or tls = true)")
+    if tls_files["tls_key_file"] and not tls_files["tls_cert_file"]:
+        raise m.error("tls_key_file", "needs tls_cert_file (the certificate of that key)")
     mqtt = MqttConfig(
         host=m.text("host", "127.0.0.1") or "127.0.0.1",
-        port=m.integer("port", 1883, 1, 65535),
+        port=m.integer("port", 8883 if tls else 1883, 1, 65535),
         topic_prefix=prefix,
         client_id=client_id,
         username=m.text("username"),
@@ -244,7 +271,12 @@ def parse_config(data: dict[str, Any], path: Path, text: str = "") -> Config:
         keepalive=m.integer("keepalive", 30, 5, 3600),
         reconnect_min=reconnect_min,
         reconnect_max=m.number("reconnect_max", 30.0, reconnect_min, 3600),
+        tls=tls,
+        tls_ca_file=tls_files["tls_ca_file"],
+        tls_cert_file=tls_files["tls_cert_file"],
+        tls_key_file=tls_files["tls_key_file"],
     )
+    metrics = _metrics(top, _Reader(path, text, data.get("metrics", {}), "metrics"))
 
     files = top.globs("files", ("events.jsonl",))
     role = top.choice("role", "symmetric", ROLES)
@@ -273,6 +305,7 @@ def parse_config(data: dict[str, Any], path: Path, text: str = "") -> Config:
         node=node,
         runtimes_dir=runtimes_dir,
         state_dir=state_dir,
+        secret_file=secret_file,
         mqtt=mqtt,
         files=files,
         role=role,
@@ -287,5 +320,20 @@ def parse_config(data: dict[str, Any], path: Path, text: str = "") -> Config:
         scrub_interval=top.number("scrub_interval", 60.0, 1, 86400 * 7),
         persist_interval=top.number("persist_interval", 1.0, 0.05, 3600),
         request_timeout=top.number("request_timeout", 3.0, 0.1, 3600),
+        metrics=metrics,
         source=path,
     )
+
+
+def _metrics(top: _Reader, m: _Reader) -> MetricsConfig:
+    if not isinstance(m.table, dict):
+        raise top.error("metrics", "must be a table ([metrics])")
+    m.check_known({"listen"})
+    listen = m.text("listen")
+    if listen is None:
+        return MetricsConfig()
+    found = _LISTEN.fullmatch(listen)
+    if not found or not 1 <= int(found.group(2)) <= 65535:
+        raise m.error("listen", f"must be HOST:PORT such as 127.0.0.1:9464 or [::1]:9464, "
+                                f"got {listen!r}")
+    return MetricsConfig(found.group(1).strip("[]"), int(found.group(2)))

@@ -12,13 +12,20 @@ Topic layout under the configured prefix (P):
                                            divergence (answered even by a frozen copy)
     P/probed/<to>/<from>/<key>/<file>      the answer
 
-Payloads are a 3-byte preamble (magic "sd" + version), a 4-byte big-endian header length, an
-orjson header, then (data frames only) the bytes themselves. Decoding validates every field and
-raises FrameError with a reason fit for a log line.
+Payloads are a 3-byte preamble (magic "sd" + version), a 32-byte HMAC-SHA256 tag, a 4-byte
+big-endian header length, an orjson header, then (data frames only) the bytes themselves.
+
+The tag is keyed with the cluster secret and covers the topic and everything after the tag, so
+a frame cannot be forged, altered, or replayed on another topic (another key, file, sender or
+addressee). Every header carries a Stamp (session id, sequence number, wall-clock time) that
+`freshness.ReplayGuard` uses against replays on the same topic. Decoding checks the tag first,
+then validates every field, and raises FrameError with a reason fit for a log line.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import struct
 from dataclasses import dataclass
 from enum import Enum
@@ -29,7 +36,8 @@ import orjson
 from syncd.ledger import DIGEST_SIZE
 from syncd.names import is_valid_name
 
-PREAMBLE = b"sd\x01"
+PREAMBLE = b"sd\x02"
+TAG_SIZE = 32
 _HEADER_LEN = struct.Struct(">I")
 MAX_HEADER = 4096
 
@@ -198,7 +206,22 @@ class Probed:
 Payload = Presence | Announce | Data | Request | Refuse | Probe | Probed
 
 
-def encode(payload: Payload) -> bytes:
+@dataclass(frozen=True, slots=True)
+class Stamp:
+    """Who sent a frame, in which run, in what order and when (ms since the epoch)."""
+
+    sid: str
+    seq: int
+    ts: int
+
+
+def _tag(secret: bytes, topic: str, rest: bytes | memoryview) -> bytes:
+    mac = hmac.new(secret, topic.encode("utf-8", "surrogateescape") + b"\x00", hashlib.sha256)
+    mac.update(rest)
+    return mac.digest()
+
+
+def encode(payload: Payload, stamp: Stamp, secret: bytes, topic: str) -> bytes:
     body = b""
     header: dict[str, Any]
     match payload:
@@ -219,18 +242,27 @@ def encode(payload: Payload) -> bytes:
         case Probed(what, start, size, data):
             header = {"what": what.value, "start": start, "size": size}
             body = data
+    header.update(sid=stamp.sid, seq=stamp.seq, ts=stamp.ts)
     raw = orjson.dumps(header)
-    return PREAMBLE + _HEADER_LEN.pack(len(raw)) + raw + body
+    rest = _HEADER_LEN.pack(len(raw)) + raw + body
+    return PREAMBLE + _tag(secret, topic, rest) + rest
 
 
-def decode(kind: Kind, payload: bytes, max_data: int) -> Payload:
-    """Decode and validate a payload received on a topic of `kind`."""
+def decode(kind: Kind, payload: bytes, max_data: int, secret: bytes,
+           topic: str) -> tuple[Stamp, Payload]:
+    """Check the tag, then decode and validate a payload received on `topic` (of `kind`)."""
     if not payload.startswith(PREAMBLE):
         raise FrameError("bad preamble (not a syncd frame, or another protocol version)")
-    start = len(PREAMBLE) + _HEADER_LEN.size
-    if len(payload) < start:
-        raise FrameError("truncated header length")
-    (hlen,) = _HEADER_LEN.unpack_from(payload, len(PREAMBLE))
+    base = len(PREAMBLE) + TAG_SIZE
+    if len(payload) < base + _HEADER_LEN.size:
+        raise FrameError("truncated frame")
+    rest = memoryview(payload)[base:]
+    if not hmac.compare_digest(payload[len(PREAMBLE) : base], _tag(secret, topic, rest)):
+        raise FrameError("bad authentication tag (wrong cluster secret, or a forged or "
+                         "altered frame)")
+    payload = payload[base:]
+    start = _HEADER_LEN.size
+    (hlen,) = _HEADER_LEN.unpack_from(payload, 0)
     if hlen > MAX_HEADER or start + hlen > len(payload):
         raise FrameError(f"bad header length {hlen}")
     try:
@@ -242,6 +274,14 @@ def decode(kind: Kind, payload: bytes, max_data: int) -> Payload:
     body = payload[start + hlen :]
     if kind not in _WITH_BODY and body:
         raise FrameError(f"{kind.value} frame carries unexpected bytes")
+    sid = header.get("sid")
+    if not isinstance(sid, str) or not 0 < len(sid) <= 64:
+        raise FrameError("field 'sid' must be a short string")
+    stamp = Stamp(sid, _count(header, "seq"), _count(header, "ts"))
+    return stamp, _payload(kind, header, body, max_data)
+
+
+def _payload(kind: Kind, header: dict[str, Any], body: bytes, max_data: int) -> Payload:
     match kind:
         case Kind.NODE:
             return Presence(_bool(header, "online"))

@@ -21,11 +21,12 @@ import contextlib
 import logging
 import random
 import socket
+import time
 from collections.abc import Awaitable, Callable
 
 import aiomqtt
 
-from syncd import frames
+from syncd import frames, tls
 from syncd.config import Config
 
 log = logging.getLogger("syncd.link")
@@ -37,8 +38,10 @@ class Link:
         config: Config,
         on_message: Callable[[str, bytes], None],
         on_connected: Callable[[], Awaitable[None]],
+        seal: Callable[[str, frames.Payload, int | None], bytes],
     ) -> None:
         self._config = config
+        self._seal = seal  # (topic, payload, ts or None for now) -> authenticated frame
         self._on_message = on_message
         self._on_connected = on_connected
         self._client: aiomqtt.Client | None = None
@@ -51,10 +54,13 @@ class Link:
             m.topic_prefix, frames.Topic(frames.Kind.NODE, config.node)
         )
 
-    def _make_client(self) -> aiomqtt.Client:
+    def _make_client(self, ts: int) -> aiomqtt.Client:
         m = self._config.mqtt
+        # The will is stamped just after the online presence of the same connection, so that
+        # it supersedes it (and nothing later): see freshness.py.
         will = aiomqtt.Will(
-            self._presence_topic, frames.encode(frames.Presence(False)), qos=1, retain=True
+            self._presence_topic, self._seal(self._presence_topic, frames.Presence(False), ts + 1),
+            qos=1, retain=True,
         )
         return aiomqtt.Client(
             m.host,
@@ -62,6 +68,7 @@ class Link:
             identifier=self._config.client_id,
             username=m.username,
             password=self._config.password(),
+            tls_context=tls.client_context(m),
             will=will,
             clean_session=True,
             keepalive=m.keepalive,
@@ -79,14 +86,16 @@ class Link:
         failing_since: str | None = None
         attempts = 0
         while True:
-            client = self._make_client()
+            connected_at = time.time_ns() // 1_000_000
+            client = self._make_client(connected_at)
             try:
                 async with client:
                     self._client = client
                     for topic in frames.subscriptions(m.topic_prefix, self._config.node):
                         await client.subscribe(topic, qos=1)
                     await client.publish(
-                        self._presence_topic, frames.encode(frames.Presence(True)),
+                        self._presence_topic,
+                        self._seal(self._presence_topic, frames.Presence(True), connected_at),
                         qos=1, retain=True,
                     )
                     if failing_since is not None:
@@ -155,5 +164,8 @@ class Link:
         client = self._client
         if client is not None:
             with contextlib.suppress(aiomqtt.MqttError, asyncio.TimeoutError):
-                await client.publish(self._presence_topic, frames.encode(frames.Presence(False)),
-                                     qos=1, retain=True, timeout=2)
+                await client.publish(
+                    self._presence_topic,
+                    self._seal(self._presence_topic, frames.Presence(False), None),
+                    qos=1, retain=True, timeout=2,
+                )

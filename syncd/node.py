@@ -9,8 +9,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import logging
 import os
+import secrets
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,10 +23,12 @@ import orjson
 from syncd import frames
 from syncd.config import Config
 from syncd.frames import FrameError, Kind
+from syncd.freshness import ReplayGuard
 from syncd.link import Link
 from syncd.persist import RecordStore
 from syncd.replica import Replica
 from syncd.scrub import scrub_forever
+from syncd.secret import SecretError, load_secret
 from syncd.watcher import Watcher
 
 log = logging.getLogger("syncd.node")
@@ -53,7 +57,11 @@ class Node:
         self.rejected = 0
         self._last_reject_log = 0.0
         self._prefix = config.mqtt.topic_prefix
-        self.link = Link(config, self._on_message, self._on_connected)
+        self.secret = b""  # read in check_dirs(), before anything is sent or accepted
+        self._sid = secrets.token_hex(8)
+        self._seq = itertools.count()
+        self._guard = ReplayGuard()
+        self.link = Link(config, self._on_message, self._on_connected, self.seal)
         self._watcher = Watcher(config.runtimes_dir, self._on_hint)
         self._stop = asyncio.Event()
         self._durable_hooks: list[Callable[[str, str, int], None]] = []
@@ -64,7 +72,13 @@ class Node:
     def send(self, kind: Kind, key: str, file: str, payload: frames.Payload, to: str = "",
              retain: bool = False) -> None:
         topic = frames.topic_for(self._prefix, frames.Topic(kind, self.node, key, file, to))
-        self.link.publish(topic, frames.encode(payload), retain=retain)
+        self.link.publish(topic, self.seal(topic, payload, None), retain=retain)
+
+    def seal(self, topic: str, payload: frames.Payload, ts: int | None) -> bytes:
+        """Encode and authenticate a frame for `topic`, stamped with our session and order."""
+        stamp = frames.Stamp(self._sid, next(self._seq),
+                             time.time_ns() // 1_000_000 if ts is None else ts)
+        return frames.encode(payload, stamp, self.secret, topic)
 
     def role_of(self, key: str) -> str:
         return self.config.role_of(key)
@@ -83,6 +97,11 @@ class Node:
     # --- lifetime ---------------------------------------------------------------------------
 
     def check_dirs(self) -> None:
+        """Refuse to start, saying what to fix, unless directories and secret are usable."""
+        try:
+            self.secret = load_secret(self.config.secret_file)
+        except SecretError as e:
+            raise StartupError(str(e)) from None
         rt, sd = self.config.runtimes_dir, self.config.state_dir
         if not rt.is_dir():
             raise StartupError(f"runtimes_dir {rt} does not exist or is not a directory "
@@ -243,9 +262,14 @@ class Node:
             t = frames.parse_topic(self._prefix, topic)
             if t.sender == self.node:
                 return  # our own live bytes and retained positions echo back: not news
-            body = frames.decode(t.kind, payload, max_data=max(self.chunk_bytes, 16 << 20))
+            stamp, body = frames.decode(t.kind, payload, max(self.chunk_bytes, 16 << 20),
+                                        self.secret, topic)
         except FrameError as e:
             self._reject(topic, str(e))
+            return
+        stale = self._guard.check(t.kind, t.sender, t.key, t.file, stamp)
+        if stale is not None:
+            self._reject(topic, stale)
             return
         if t.kind is Kind.NODE:
             assert isinstance(body, frames.Presence)

@@ -95,6 +95,7 @@ class Adoption:
 Event = tuple[str, str, object]  # (what, from node, payload)
 ANNOUNCE_GAP = 0.1  # seconds between position announcements of one file
 INLINE_SYNC_BYTES = 64 * 1024  # below this, fdatasync on the event loop
+SETTLE_SECONDS = 0.2  # a file that shrank must hold still this long before it is judged
 
 
 class Replica:
@@ -125,6 +126,7 @@ class Replica:
         self._local_pending = False
         self._swept: tuple[int, int, int, int] | None = None  # stat at the last sweep
         self._replaced = False  # the watcher saw the file deleted or renamed over
+        self._settle: tuple[tuple[int, int, int] | None, float] | None = None
         self._absorbing = -1  # offset of a peer's frame held back while local bytes ship
         self._own_move_until = 0.0  # deletions before this are our own (archiving on adopt)
         self._wake = asyncio.Event()
@@ -350,7 +352,10 @@ class Replica:
         if change is LocalChange.NONE:
             return
         if change is LocalChange.RESET:
-            await self._shrunk_or_replaced(st)
+            # A rewrite (truncate, then write) passes through "shorter": judge the file only
+            # once it has stopped changing for a moment.
+            if self._settled(st):
+                await self._shrunk_or_replaced(st)
             return
         assert st is not None
         self.seen = (st.size, st.mtime_ns)
@@ -369,6 +374,19 @@ class Replica:
                          offset=self.ledger.size)
             return
         await self._ship(st.size)
+
+    def _settled(self, st: store.Stat | None) -> bool:
+        now = (st.ino, st.size, st.mtime_ns) if st else None
+        loop = asyncio.get_running_loop()
+        if self._settle is None or self._settle[0] != now:
+            self._settle = (now, loop.time())
+            loop.call_later(SETTLE_SECONDS, self.hint_local)
+            return False
+        if loop.time() - self._settle[1] < SETTLE_SECONDS:
+            loop.call_later(SETTLE_SECONDS, self.hint_local)
+            return False
+        self._settle = None
+        return True
 
     async def _shrunk_or_replaced(self, st: store.Stat | None) -> None:
         """Fewer bytes than we held, or another file: a reset, unless it is plainly an edit.

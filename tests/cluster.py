@@ -9,11 +9,13 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from syncd.control import ControlError, query
+
+TEST_SECRET = "test-cluster-secret-0123456789abcdef\n"
 
 
 def free_port() -> int:
@@ -51,12 +53,13 @@ class Broker:
     """A private Mosquitto on a free loopback port; can be stopped and started again."""
 
     def __init__(self, workdir: Path, max_queued_messages: int = 1000,
-                 extra: str = "") -> None:
+                 extra: str = "", config: Callable[[int], str] | None = None) -> None:
+        """`config(port)`, when given, is the whole mosquitto.conf, listening on `port`."""
         self.port = free_port()
         self.dir = workdir
         self.dir.mkdir(parents=True, exist_ok=True)
         self.conf = self.dir / "mosquitto.conf"
-        self.conf.write_text(
+        self.conf.write_text(config(self.port) if config else
             f"listener {self.port} 127.0.0.1\n"
             "allow_anonymous true\n"
             f"max_queued_messages {max_queued_messages}\n"
@@ -94,19 +97,25 @@ class Daemon:
 
     def __init__(self, root: Path, node: str, broker: Broker, extra: str = "",
                  tuning: str = TEST_TUNING, log_level: str = "debug",
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, secret: str = TEST_SECRET,
+                 mqtt_extra: str = "", args: Sequence[str] = ()) -> None:
         self.node = node
         self.log_level = log_level
+        self.args = list(args)  # more `syncd run` options
         self.env = env or {}
         self.root = root / node
         self.runtimes = self.root / "runtimes"
         self.state = self.root / "state"
         self.runtimes.mkdir(parents=True, exist_ok=True)
+        self.secret = self.root / "cluster.key"
+        self.secret.write_text(secret)
+        self.secret.chmod(0o600)
         self.config = self.root / "syncd.toml"
         self.config.write_text(
             f'node = "{node}"\n'
             f'runtimes_dir = "{self.runtimes}"\n'
             f'state_dir = "{self.state}"\n'
+            f'secret_file = "{self.secret}"\n'
             f"{tuning}"
             f"{extra}\n"
             "[mqtt]\n"
@@ -115,6 +124,7 @@ class Daemon:
             'topic_prefix = "test/syncd"\n'
             "reconnect_min = 0.05\n"
             "reconnect_max = 0.5\n"
+            f"{mqtt_extra}"
         )
         self.log = self.root / "syncd.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -126,7 +136,7 @@ class Daemon:
         out = self.log.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "syncd", "run", "--config", str(self.config),
-             "--log-level", self.log_level],
+             "--log-level", self.log_level, *self.args],
             stdout=out, stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
         )

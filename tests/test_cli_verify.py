@@ -431,7 +431,8 @@ def config_file(tmp_path: Path) -> Path:
     key_dir.mkdir(parents=True)
     shutil.copy(FIXTURES / "open_turn.jsonl", key_dir / "events.jsonl")
     config = tmp_path / "syncd.toml"
-    config.write_text('node = "a"\nruntimes_dir = "runtimes"\nstate_dir = "state"\n')
+    config.write_text('node = "a"\nruntimes_dir = "runtimes"\nstate_dir = "state"\n'
+                      'secret_file = "cluster.key"\n')
     return config
 
 

@@ -10,6 +10,7 @@ GOOD = """\
 node = "host-a"
 runtimes_dir = "/srv/runtimes"
 state_dir = "state"
+secret_file = "cluster.key"
 
 [mqtt]
 host = "broker.local"
@@ -52,12 +53,13 @@ def test_include_exclude_and_per_key_files(tmp_path: Path) -> None:
     [
         (GOOD.replace('node = "host-a"\n', ""), "syncd.toml: node: is required"),
         (GOOD.replace("port = 1883", "port = 99999"),
-         "syncd.toml:7: mqtt.port: must be between 1 and 65535, got 99999"),
+         "syncd.toml:8: mqtt.port: must be between 1 and 65535, got 99999"),
         (GOOD.replace("port = 1883", 'port = "1883"'),
-         "syncd.toml:7: mqtt.port: must be an integer, got '1883'"),
+         "syncd.toml:8: mqtt.port: must be an integer, got '1883'"),
         (GOOD.replace('topic_prefix = "site/syncd"', 'topic_prefix = "site/#"'),
-         "syncd.toml:8: mqtt.topic_prefix: use letters"),
-        (GOOD + "chunk_size = 5\n", "syncd.toml:9: mqtt.chunk_size: unknown key"),
+         "syncd.toml:9: mqtt.topic_prefix: use letters"),
+        (GOOD + "chunk_size = 5\n", "syncd.toml:10: mqtt.chunk_size: unknown key"),
+        (GOOD.replace('secret_file = "cluster.key"\n', ""), "syncd.toml: secret_file: is required"),
         ("chunk_size = 5\n" + GOOD, "syncd.toml:1: chunk_size: unknown key"),
         (GOOD.replace('node = "host-a"', 'node = "a/b"'), "syncd.toml:1: node: use letters"),
         (GOOD.replace("[mqtt]", "[mqtt"), "invalid TOML"),
@@ -81,3 +83,27 @@ def test_example_config_is_valid() -> None:
     example = Path(__file__).parent.parent / "config" / "syncd.example.toml"
     c = load_config(example)
     assert c.node
+
+
+def test_tls_and_metrics(tmp_path: Path) -> None:
+    c = load_config(write(tmp_path, GOOD))
+    assert not c.mqtt.tls and c.metrics.host is None
+    text = GOOD.replace("port = 1883\n", "") + 'tls_ca_file = "ca.crt"\n'
+    c = load_config(write(tmp_path, text + '[metrics]\nlisten = "[::1]:9100"\n'))
+    assert c.mqtt.tls and c.mqtt.tls_ca_file == tmp_path / "ca.crt"
+    assert c.mqtt.port == 8883  # the TLS port unless told otherwise
+    assert (c.metrics.host, c.metrics.port) == ("::1", 9100)
+    assert load_config(write(tmp_path, GOOD + "tls = true\n")).mqtt.tls_ca_file is None
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    (GOOD + 'tls = false\ntls_ca_file = "ca.crt"\n',
+     r"syncd.toml:\d+: mqtt.tls: is false, yet tls_\* files are set"),
+    (GOOD + 'tls_key_file = "a.key"\n', r"syncd.toml:\d+: mqtt.tls_key_file: needs tls_cert_file"),
+    (GOOD + 'tls = "yes"\n', r"mqtt.tls: must be true or false"),
+    (GOOD + '[metrics]\nlisten = "9464"\n', r"syncd.toml:\d+: metrics.listen: must be HOST:PORT"),
+    (GOOD + '[metrics]\nport = 9464\n', r"metrics.port: unknown key"),
+])
+def test_tls_and_metrics_errors(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(write(tmp_path, text))

@@ -14,6 +14,7 @@ from typing import IO
 
 import click
 
+from syncd import logs, systemd, tls
 from syncd.cli.common import config_option, load_or_exit
 from syncd.config import ConfigError, load_config
 from syncd.node import Node, StartupError
@@ -23,14 +24,19 @@ from syncd.node import Node, StartupError
 @config_option
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]))
-def command(config_path: Path, log_level: str) -> None:
+@click.option("--log-format", default="text", show_default=True, type=click.Choice(logs.FORMATS),
+              help="text (without timestamps under journald, which adds its own) or json "
+                   "(one object per line).")
+def command(config_path: Path, log_level: str, log_format: str) -> None:
     """Run the replicator in the foreground."""
     config = load_or_exit(config_path)
-    logging.basicConfig(
-        level=getattr(logging, log_level.upper()),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    try:  # read now, so that a bad file stops the start rather than every connection attempt
+        config.password()
+        tls.client_context(config.mqtt)
+    except ConfigError as e:
+        click.echo(f"syncd: config error: {e}", err=True)
+        sys.exit(2)
+    logs.setup(log_level, log_format)
     if log_level != "debug":
         logging.getLogger("syncd.mqtt").setLevel(logging.WARNING)
     try:
@@ -45,10 +51,28 @@ async def _run(node: Node) -> None:
     if trace:
         node.on_durable(_tracer(Path(trace)))
     loop = asyncio.get_running_loop()
+    notifier = systemd.Notifier.from_env()
+
+    def stop() -> None:
+        notifier.stopping()
+        node.stop()
+
+    def ready() -> None:
+        logging.getLogger("syncd").info("ready")
+        notifier.ready(systemd.summary(node.status()))
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, node.stop)
+        loop.add_signal_handler(sig, stop)
     loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(_reload(node)))
-    await node.run(ready=lambda: logging.getLogger("syncd").info("ready"))
+    # Outside systemd there is nobody to inform.
+    informer = (loop.create_task(systemd.keep_informed(notifier, node.status))
+                if notifier.enabled else None)
+    try:
+        await node.run(ready=ready)
+    finally:
+        if informer is not None:
+            informer.cancel()
+        notifier.close()
 
 
 def _tracer(path: Path) -> Callable[[str, str, int], None]:

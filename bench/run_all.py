@@ -1,0 +1,472 @@
+"""Run every bench, one at a time, and write bench/RESULTS.md.
+
+    python -m bench.run_all [--quick] [--profile DIR] [--out bench/RESULTS.md]
+
+Needs mosquitto, lsyncd and rsync (Debian: apt-get install -y mosquitto lsyncd rsync); py-spy
+only with --profile. All traffic stays on 127.0.0.1; every run is bounded in time (the full
+suite takes about five minutes on 2 cores, --quick about two). --profile attaches py-spy to
+the daemons during the measured windows and writes raw profiles to DIR: it perturbs the
+figures, so compare profiled runs only with each other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import os
+import platform
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import bench_lsyncd, bench_replication, bench_scale
+from bench.harness import BackgroundMeter, Stats, ms, wait_quiet
+from tests.cluster import Broker, Daemon
+
+REPO = Path(__file__).resolve().parent.parent
+RATES = (50, 500, 2000)
+
+
+@dataclass(frozen=True)
+class Plan:
+    lag_seconds: float
+    lsyncd_seconds: float
+    defaults_seconds: float  # lsyncd defaults: writing time (its delay is 15 s)
+    defaults_settle: float
+    catchup_mb: int
+    scale_keys: int
+    scale_kib: int
+    idle_seconds: float
+    load_seconds: float
+    verify_args: tuple[str, ...]
+
+
+FULL = Plan(8, 8, 20, 30, 1000, 1000, 1024, 20, 20, ("--mb", "200", "--runs", "3"))
+QUICK = Plan(3, 3, 5, 20, 200, 1000, 128, 5, 5, ("--mb", "50", "--runs", "1"))
+
+# Targets from issue 7.
+LAG_P50_MS, LAG_P99_MS, LSYNCD_FACTOR = 3.0, 20.0, 10.0
+QUIET_PCT, QUIET_WAIT = 10.0, 180.0  # others' CPU % that counts as quiet; longest wait, s
+CATCHUP_MB_S, IDLE_CPU_PCT, RSS_MB, READY_S, VERIFY_MB_S = 100.0, 1.0, 150.0, 3.0, 100.0
+
+
+def check_tools(profile: bool) -> None:
+    missing = [t for t in ("mosquitto", "lsyncd", "rsync")
+               if shutil.which(t) is None and not Path(f"/usr/sbin/{t}").exists()]
+    if missing:
+        sys.exit(f"run_all: missing {', '.join(missing)}; on Debian/Ubuntu run:\n"
+                 f"  apt-get update && apt-get install -y {' '.join(missing)}")
+    if profile and shutil.which("py-spy") is None:
+        sys.exit("run_all: --profile needs py-spy (pip install py-spy)")
+
+
+def _out(cmd: list[str]) -> str:
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"unavailable ({e})"
+    return (p.stdout + p.stderr).strip()
+
+
+def machine() -> dict[str, str]:
+    model = "unknown"
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    mem = "unknown"
+    with contextlib.suppress(OSError), open("/proc/meminfo") as f:
+        mem = f"{int(f.readline().split()[1]) / 2**20:.1f} GiB"
+    tmp = tempfile.gettempdir()
+    fs = _out(["findmnt", "-n", "-o", "FSTYPE,SOURCE", "-T", tmp])
+    return {"cores": str(os.cpu_count()), "CPU model": model, "kernel": platform.release(),
+            "memory": mem, f"filesystem of {tmp}": fs}
+
+
+def versions() -> dict[str, str]:
+    mosq = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+    found = re.search(r"mosquitto version \S+", _out([mosq, "-h"]))
+    rev = _out(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"])
+    dirty = _out(["git", "-C", str(REPO), "status", "--porcelain", "--", "syncd"])
+    if dirty:
+        rev += f" + uncommitted changes in {len(dirty.splitlines())} file(s) under syncd/"
+    out = {
+        "python": platform.python_version(),
+        "mosquitto": found.group(0) if found else "unknown",
+        "lsyncd": _out(["lsyncd", "--version"]).splitlines()[0],
+        "rsync": _out(["rsync", "--version"]).splitlines()[0],
+        "syncd git rev": rev,
+    }
+    for pkg in ("aiomqtt", "paho-mqtt", "watchdog", "orjson"):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            out[pkg] = metadata.version(pkg)
+    return out
+
+
+def config_samples(tmp: Path) -> tuple[str, str]:
+    """The Mosquitto and syncd configs the benches generate (port and paths vary per run)."""
+    broker = Broker(tmp / "sample-broker")
+    daemon = Daemon(tmp / "sample", "a", broker, tuning="", log_level="warning")
+    return broker.conf.read_text(), daemon.config.read_text()
+
+
+def run_verify(plan: Plan) -> dict[str, Any]:
+    cmd = [sys.executable, "bench/bench_verify.py", *plan.verify_args]
+    p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    if p.returncode != 0:
+        raise RuntimeError(p.stderr[-2000:])
+    line = p.stdout.strip().splitlines()[-1]
+    found = re.search(r"= (\d+(?:\.\d+)?) MB/s", line)
+    return {"line": line, "mb_s": float(found.group(1)) if found else float("nan"),
+            "command": "python " + " ".join(cmd[1:])}
+
+
+class Suite:
+    def __init__(self, plan: Plan, root: Path, profile: Path | None) -> None:
+        self.plan, self.root, self.profile = plan, root, profile
+        self.results: dict[str, Any] = {}
+        self.errors: dict[str, str] = {}
+        self.background: dict[str, tuple[float, float]] = {}  # others' CPU %: before, during
+
+    def step(self, name: str, fn: Callable[[], Any]) -> None:
+        """Run one bench once the host is quiet; a failure is recorded and the suite goes on."""
+        print(f"[{time.strftime('%H:%M:%S')}] {name} ...", flush=True)
+        # The host may be shared: start each bench only when others leave the cores alone,
+        # and record how much CPU they took meanwhile.
+        before = wait_quiet(QUIET_PCT, QUIET_WAIT)
+        meter = BackgroundMeter()
+        meter.start()
+        t0 = time.monotonic()
+        try:
+            self.results[name] = fn()
+        except Exception as e:
+            self.errors[name] = f"{type(e).__name__}: {e}"
+            traceback.print_exc()
+        self.background[name] = (before, meter.stop())
+        print(f"    {time.monotonic() - t0:.0f} s, other processes {self.background[name][1]:.0f}% "
+              f"CPU{'  FAILED' if name in self.errors else ''}", flush=True)
+
+    def run(self) -> None:
+        p, root = self.plan, self.root
+        for rate in RATES:
+            for replicas in (1, 2):
+                self.step(f"syncd {rate} {replicas}", lambda r=rate, n=replicas: (
+                    bench_replication.lag(r, p.lag_seconds, root / f"lag-{r}-{n}", n,
+                                          self.profile)))
+        for rate in RATES:
+            self.step(f"lsyncd tuned {rate}", lambda r=rate: bench_lsyncd.lag(
+                r, p.lsyncd_seconds, root / f"lsyncd-tuned-{r}", "tuned"))
+        self.step("lsyncd defaults 500", lambda: bench_lsyncd.lag(
+            500, p.defaults_seconds, root / "lsyncd-defaults", "defaults", p.defaults_settle))
+        self.step("catch-up", lambda: bench_replication.catchup(
+            p.catchup_mb, root / "catchup", self.profile))
+        self.step("scale", lambda: bench_scale.run(
+            root / "scale", p.scale_keys, p.scale_kib, p.idle_seconds, p.load_seconds,
+            self.profile))
+        self.step("verify", lambda: run_verify(p))
+
+
+# --- the report -----------------------------------------------------------------------------
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def worst(r: dict[str, Any]) -> Stats:
+    """The slower replica's percentiles (each percentile taken on its own)."""
+    reps: list[Stats] = list(r["replicas"].values())
+    return Stats(sum(s.n for s in reps), max(s.p50 for s in reps), max(s.p90 for s in reps),
+                 max(s.p99 for s in reps), max(s.max for s in reps),
+                 sum(s.missing for s in reps))
+
+
+def verdict(ok: bool | None) -> str:
+    return "n/a" if ok is None else ("met" if ok else "**MISSED**")
+
+
+class Report:
+    def __init__(self, suite: Suite, info: dict[str, dict[str, str]], argv: list[str],
+                 samples: tuple[str, str], took: float) -> None:
+        self.r, self.errors, self.background = suite.results, suite.errors, suite.background
+        self.plan, self.info, self.argv, self.samples, self.took = (
+            suite.plan, info, argv, samples, took)
+
+    def get(self, name: str) -> dict[str, Any] | None:
+        return self.r.get(name)
+
+    def others(self, step: str) -> str:
+        """Other processes' CPU % during a step (the host may be shared)."""
+        b = self.background.get(step)
+        return f"{b[1]:.0f} %" if b else ""
+
+    def targets(self) -> list[list[str]]:
+        """[what, target, measured, verdict, others' CPU during the step]."""
+        rows = []
+        s500, l500 = self.get("syncd 500 2"), self.get("lsyncd tuned 500")
+        lag_step = "syncd 500 2"
+        if s500:
+            w = worst(s500)
+            rows += [
+                ["lag p50 at 500 writes/s, 2 replicas (slower replica)", f"<= {LAG_P50_MS:g} ms",
+                 ms(w.p50), verdict(w.p50 <= LAG_P50_MS), self.others(lag_step)],
+                ["lag p99 at 500 writes/s, 2 replicas (slower replica)", f"<= {LAG_P99_MS:g} ms",
+                 ms(w.p99), verdict(w.p99 <= LAG_P99_MS), self.others(lag_step)],
+            ]
+            if l500:
+                lp99 = l500["lag"].p99
+                rows.append(["lag p99 vs tuned lsyncd p99, 500 writes/s",
+                             f"<= 1/{LSYNCD_FACTOR:g} of it ({ms(lp99 / LSYNCD_FACTOR)})",
+                             f"{ms(w.p99)} = {w.p99 / lp99:.2f} x {ms(lp99)}",
+                             verdict(w.p99 * LSYNCD_FACTOR <= lp99), self.others(lag_step)])
+        else:
+            rows.append(["lag at 500 writes/s, 2 replicas", "", "failed", verdict(None), ""])
+        cu = self.get("catch-up")
+        rows.append([f"catch-up, new standby {self.plan.catchup_mb} MB behind (incl. start-up)",
+                     f">= {CATCHUP_MB_S:g} MB/s", f"{cu['mb_s']:.0f} MB/s" if cu else "failed",
+                     verdict(cu["mb_s"] >= CATCHUP_MB_S if cu else None),
+                     self.others("catch-up")])
+        sc = self.get("scale")
+        keys, kib, others = self.plan.scale_keys, self.plan.scale_kib, self.others("scale")
+        if sc:
+            idle = max(sc["idle_cpu"].values())
+            rss = max(*sc["rss_ready"].values(), *sc["rss_idle"].values())
+            ready = max(sc["ready_a"], sc["ready_b"])
+            rows += [
+                [f"{keys} idle keys: CPU per daemon (worse of A, B)", f"< {IDLE_CPU_PCT:g} %",
+                 f"{idle:.2f} %", verdict(idle < IDLE_CPU_PCT), others],
+                [f"{keys} idle keys: RSS per daemon (worse of A, B)", f"< {RSS_MB:g} MB",
+                 f"{rss:.0f} MB", verdict(rss < RSS_MB), others],
+                [f"READY with {keys} x {kib} KiB, positions persisted", f"< {READY_S:g} s",
+                 f"{ready:.2f} s", verdict(ready < READY_S), others],
+            ]
+        else:
+            rows.append([f"scale ({keys} keys)", "", "failed", verdict(None), others])
+        v = self.get("verify")
+        rows.append(["`syncd verify` throughput (target from bench_verify.py)",
+                     f">= {VERIFY_MB_S:g} MB/s", f"{v['mb_s']:.0f} MB/s" if v else "failed",
+                     verdict(v["mb_s"] >= VERIFY_MB_S if v else None), self.others("verify")])
+        return rows
+
+    def lag_rows(self) -> list[list[str]]:
+        rows = []
+        for rate in RATES:
+            for n in (1, 2):
+                step = f"syncd {rate} {n}"
+                r = self.get(step)
+                if r is None:
+                    rows.append([f"syncd {n}r", str(rate), "failed", *[""] * 7])
+                    continue
+                cpu = ", ".join(f"{k} {v:.0f}%" for k, v in r["cpu"].items())
+                entries = [(f"replica {k}", s) for k, s in r["replicas"].items()]
+                if n > 1:
+                    entries.append(("on both (per write, slower)", r["all"]))
+                entries.append(("(writer A: fsync'ed + sent)", r["shipped"]))
+                for label, s in entries:
+                    rows.append([f"syncd {n}r: {label}", str(rate), f"{r['achieved']:.0f}",
+                                 str(s.n), *s.row(), cpu, self.others(step)])
+            for mode in ("tuned", "defaults"):
+                step = f"lsyncd {mode} {rate}"
+                r = self.get(step)
+                if r is None:
+                    continue
+                s = r["lag"]
+                miss = f" ({s.missing} never arrived)" if s.missing else ""
+                rows.append([f"lsyncd {mode}{miss}", str(rate), f"{r['achieved']:.0f}", str(s.n),
+                             *s.row(), f"lsyncd+rsync {r['cpu']['lsyncd+rsync']:.0f}%",
+                             self.others(step)])
+        return rows
+
+    def ratio_rows(self) -> list[list[str]]:
+        rows = []
+        for rate in RATES:
+            lr = self.get(f"lsyncd tuned {rate}")
+            for n in (1, 2):
+                r = self.get(f"syncd {rate} {n}")
+                if r is None or lr is None:
+                    continue
+                s, lsy = worst(r), lr["lag"]
+                rows.append([str(rate), str(n), ms(s.p50), ms(lsy.p50), f"{s.p50 / lsy.p50:.3f}",
+                             ms(s.p99), ms(lsy.p99), f"{s.p99 / lsy.p99:.3f}"])
+        return rows
+
+    def scale_rows(self) -> list[list[str]]:
+        sc = self.get("scale")
+        if sc is None:
+            return [["scale", "failed"]]
+        a_b = "A {:.2f} s, B {:.2f} s"
+        rows = [
+            ["files", f"{sc['keys']} keys x {sc['file_bytes'] / 2**20:.3f} MiB on each of A, B "
+                      f"(made in {sc['make_s']:.1f} s)"],
+            ["first start to READY (nothing persisted: every file hashed)",
+             a_b.format(sc["cold_ready_a"], sc["cold_ready_b"])],
+            ["SIGTERM to exit (positions saved)", a_b.format(sc["stop_a"], sc["stop_b"])],
+            ["restart to READY (positions persisted; A alone, then B with A up)",
+             a_b.format(sc["ready_a"], sc["ready_b"])],
+            ["`syncd status` right after READY",
+             f"A {sc['states_a']}; B {sc['states_b']}"],
+            ["RSS at READY", _pair(sc["rss_ready"], "{:.0f} MB")],
+            [f"idle CPU over {self.plan.idle_seconds:g} s", _pair(sc["idle_cpu"], "{:.2f} %")],
+            ["RSS after idle", _pair(sc["rss_idle"], "{:.0f} MB")],
+            [f"load: every key appends once a second for {self.plan.load_seconds:g} s",
+             f"{sc['load_writes']} writes at {sc['load_rate']:.0f}/s"
+             + (" (B had not caught up 60 s after the end)" if sc.get("load_timed_out") else "")],
+            ["load: CPU over writing + catch-up", _pair(sc["load_cpu"], "{:.0f} %")],
+            ["load: lag append -> fsync'ed and sent by A (p50 / p90 / p99 / max)",
+             " / ".join(sc["ship_lag"].row())],
+            ["load: lag append -> durable on B (p50 / p90 / p99 / max)",
+             " / ".join(sc["load_lag"].row())
+             + (f", {sc['load_lag'].missing} never arrived" if sc["load_lag"].missing else "")],
+            ["RSS after load", _pair(sc["rss_load"], "{:.0f} MB")],
+        ]
+        return rows
+
+    def render(self) -> str:
+        p = self.plan
+        now = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+        broker_conf, daemon_conf = self.samples
+        lsyncd_confs = {m: self.get(f"lsyncd {m} 500") for m in ("tuned", "defaults")}
+        out = [
+            "# syncd benchmarks",
+            "",
+            f"Written by `{' '.join(self.argv)}` on {now}; the suite took {self.took / 60:.1f} "
+            "min. Every bench ran alone, one after the other; all traffic on 127.0.0.1.",
+            "",
+            "## Targets",
+            "",
+            table(["what", "target", "measured", "", "others' CPU"], self.targets()),
+            "",
+            "\"others' CPU\": CPU % (100 % = one core) used meanwhile by processes outside "
+            "this suite (the machine may be shared): busy time from /proc/stat minus this "
+            f"process tree's. Each bench waited for it to fall below {QUIET_PCT:g} % (at most "
+            f"{QUIET_WAIT:g} s) before starting; a large figure means the run was disturbed.",
+            "",
+            "## Machine",
+            "",
+            table(["", ""], [[k, v] for k, v in self.info["machine"].items()]),
+            "",
+            "## Versions",
+            "",
+            table(["", ""], [[k, v] for k, v in self.info["versions"].items()]),
+            "",
+            "## Lag: append -> durable on each replica",
+            "",
+            f"Ishiki-shaped lines (`ishiki_lines` from tests/conftest.py), 1 to 3 lines per "
+            f"write, each write one `open(O_APPEND)` + `write(2)` + `close` (the reference "
+            f"writer's `appendFile`), paced by sleeping. syncd: {p.lag_seconds:g} s per "
+            "configuration, writer daemon A and replicas B (and C), default tuning, each "
+            "scenario with a fresh Mosquitto; lag = replica's trace line written after "
+            "`fdatasync` minus CLOCK_MONOTONIC just before the writer's `write(2)`. lsyncd: "
+            f"the same writer for {p.lsyncd_seconds:g} s (defaults: {p.defaults_seconds:g} s at "
+            f"500/s, waiting at most {p.defaults_settle:g} s more; its 15 s delay dominates, so "
+            "only one rate), rsync to a local target directory; lag = first moment "
+            "`bench/watch_target.py` (inotify on the target directory, stat after each batch "
+            "of events, CLOCK_MONOTONIC after the stat) sees the target's size reach the "
+            "write's end offset. That is bytes in the target's page cache: rsync does not "
+            "fsync, so lsyncd is held to a weaker \"durable\" than syncd. The watcher adds "
+            "about 0.1 ms (p50) measured against direct appends. CPU: 100 % = one core, over "
+            "writing + draining; for lsyncd it includes its rsync children.",
+            "",
+            table(["copy", "asked /s", "achieved /s", "writes", "p50", "p90", "p99", "max",
+                   "CPU", "others' CPU"], self.lag_rows()),
+            "",
+            "### syncd vs tuned lsyncd (slower syncd replica; ratio < 1: syncd is faster)",
+            "",
+            table(["writes/s", "replicas", "syncd p50", "lsyncd p50", "ratio p50", "syncd p99",
+                   "lsyncd p99", "ratio p99"], self.ratio_rows()),
+            "",
+            "## Catch-up",
+            "",
+        ]
+        cu = self.get("catch-up")
+        if cu:
+            out += [f"A holds one {cu['bytes'] / 1e6:.0f} MB file of Ishiki-shaped lines and "
+                    f"has indexed it; B starts with nothing. From spawning B until B's trace "
+                    f"shows the last byte durable: **{cu['seconds']:.2f} s = {cu['mb_s']:.0f} "
+                    f"MB/s** (streaming, first to last byte: {cu['streaming_mb_s']:.0f} MB/s). "
+                    f"Copies compared byte for byte afterwards: "
+                    f"{'identical' if cu['identical'] else 'DIFFERENT'}. CPU: "
+                    + _pair(cu["cpu"], "{:.0f} %") + "."]
+        else:
+            out.append(f"failed: {self.errors.get('catch-up')}")
+        out += ["", "## Scale", "",
+                "Two daemons (A, B) with default tuning, identical copies on both; see "
+                "bench/bench_scale.py for the steps. READY = the daemon's \"ready\" log line "
+                "(replicas loaded, broker connected), timed from spawning the process (Python "
+                "start-up included), warm page cache.", "",
+                table(["", ""], self.scale_rows()), "", "## Verify", ""]
+        v = self.get("verify")
+        out.append(f"`{v['command']}`: {v['line']}" if v else
+                   f"failed: {self.errors.get('verify')}")
+        out += ["", "## Commands", "",
+                f"- the suite: `{' '.join(self.argv)}` (`--quick` for a short smoke run; "
+                "`--profile DIR` to attach py-spy). Each part runs alone too: "
+                "`python -m bench.bench_replication`, `python -m bench.bench_lsyncd`, "
+                "`python -m bench.bench_scale`, `python bench/bench_verify.py`.",
+                "- Mosquitto, one per scenario: `mosquitto -c mosquitto.conf` with",
+                "", "```", broker_conf.strip(), "```", "",
+                "- each syncd daemon: `python -m syncd run --config syncd.toml --log-level "
+                "warning` (`info` in the scale bench, to see \"ready\"), environment "
+                "`SYNCD_TRACE_FILE=<trace>` on replicas, with", "",
+                "```toml", daemon_conf.strip(), "```", ""]
+        for mode, r in lsyncd_confs.items():
+            if r:
+                out += [f"- lsyncd {mode}: `lsyncd -nodaemon lsyncd.conf.lua` with", "",
+                        "```lua", r["config"].strip(), "```", ""]
+        out += ["- target watcher: `python -m bench.watch_target <target dir> events.jsonl "
+                "bench <trace file>`", ""]
+        if self.errors:
+            out += ["## Failures", ""]
+            out += [f"- {name}: {err}" for name, err in self.errors.items()]
+            out.append("")
+        return "\n".join(out)
+
+
+def _pair(d: dict[str, float], fmt: str) -> str:
+    return ", ".join(f"{k.upper() if len(k) == 1 else k} {fmt.format(v)}" for k, v in d.items())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="short smoke run (~2 min)")
+    parser.add_argument("--profile", type=Path, metavar="DIR",
+                        help="attach py-spy to the daemons; raw profiles go to DIR")
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "RESULTS.md")
+    args = parser.parse_args()
+    check_tools(args.profile is not None)
+    os.chdir(REPO)  # the daemons run `python -m syncd` from this checkout
+    plan = QUICK if args.quick else FULL
+    info = {"machine": machine(), "versions": versions()}
+    argv = ["python", "-m", "bench.run_all", *(shlex.quote(a) for a in sys.argv[1:])]
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="syncd-bench-") as tmp:
+        samples = config_samples(Path(tmp))
+        suite = Suite(plan, Path(tmp), args.profile)
+        suite.run()
+    report = Report(suite, info, argv, samples, time.monotonic() - t0)
+    args.out.write_text(report.render() + "\n")
+    print(f"wrote {args.out}")
+    for row in report.targets():
+        print(f"  {row[3]:>12}  {row[0]}: {row[2]} (target {row[1]})")
+    if suite.errors:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

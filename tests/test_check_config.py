@@ -1,0 +1,92 @@
+"""`syncd check-config`: what an operator reads before the first start."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from click.testing import CliRunner, Result
+
+from syncd.cli.main import main
+from tests.certs import CA
+from tests.cluster import TEST_SECRET
+
+
+def setup(tmp_path: Path, extra: str = "", mqtt: str = "") -> Path:
+    (tmp_path / "runtimes" / "bot-1").mkdir(parents=True)
+    (tmp_path / "runtimes" / "bot-2").mkdir()
+    (tmp_path / "runtimes" / "scratch").mkdir()
+    secret = tmp_path / "cluster.key"
+    secret.write_text(TEST_SECRET)
+    secret.chmod(0o600)
+    config = tmp_path / "syncd.toml"
+    config.write_text(
+        'node = "host-a"\n'
+        'runtimes_dir = "runtimes"\n'
+        'state_dir = "state/syncd"\n'
+        'secret_file = "cluster.key"\n'
+        'exclude = ["scratch"]\n'
+        f"{extra}"
+        "[mqtt]\n"
+        'host = "broker.internal"\n'
+        f"{mqtt}"
+    )
+    return config
+
+
+def check(config: Path) -> Result:
+    return CliRunner().invoke(main, ["check-config", "--config", str(config)])
+
+
+def test_good_config(tmp_path: Path) -> None:
+    config = setup(tmp_path)
+    result = check(config)
+    assert result.exit_code == 0, result.output
+    assert result.stdout == (f"config OK: node host-a, 2 keys found under "
+                             f"{tmp_path / 'runtimes'}\n")
+    assert not (tmp_path / "state").exists()  # checked, not created
+
+
+def test_every_path_problem_is_reported_with_its_line(tmp_path: Path) -> None:
+    config = setup(tmp_path, mqtt='password_file = "nowhere"\ntls_ca_file = "ca.pem"\n')
+    (tmp_path / "runtimes").rename(tmp_path / "elsewhere")
+    (tmp_path / "state").write_text("a file where a directory should be")
+    (tmp_path / "cluster.key").chmod(0o644)
+    result = check(config)
+    assert result.exit_code == 2
+    lines = result.stderr.splitlines()
+    expected = [
+        rf"{config}:2: runtimes_dir: {tmp_path}/runtimes does not exist",
+        rf"{config}:3: state_dir: {tmp_path}/state/syncd does not exist and cannot be created: "
+        rf"{tmp_path}/state is not writable",
+        rf"{config}:4: secret_file {tmp_path}/cluster.key is readable or writable by others",
+        rf"{config}:8: mqtt.password_file: cannot read {tmp_path}/nowhere",
+        rf"{config}:9: mqtt.tls_ca_file: cannot load {tmp_path}/ca.pem",
+    ]
+    assert len(lines) == len(expected), result.stderr
+    for line, pattern in zip(lines, expected, strict=True):
+        assert re.match("syncd: config error: " + pattern, line), line
+
+
+def test_tls_files_are_loaded(tmp_path: Path) -> None:
+    ca = CA(tmp_path / "pki")
+    node, other = ca.issue("host-a", server=False), ca.issue("host-b", server=False)
+    config = setup(tmp_path, mqtt=f'tls_ca_file = "{ca.files.cert}"\n'
+                                  f'tls_cert_file = "{node.cert}"\n'
+                                  f'tls_key_file = "{other.key}"\n')
+    result = check(config)
+    assert result.exit_code == 2
+    assert re.match(rf"syncd: config error: {config}:9: mqtt.tls_cert_file/tls_key_file: "
+                    rf"cannot load {node.cert} with {other.key}: KEY_VALUES_MISMATCH",
+                    result.stderr), result.stderr
+    config.write_text(config.read_text().replace(str(other.key), str(node.key)))
+    assert check(config).exit_code == 0
+
+
+def test_load_errors_are_reported_as_run_reports_them(tmp_path: Path) -> None:
+    config = setup(tmp_path, extra="chunk_bytes = 1\n")
+    result = check(config)
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"syncd: config error: {config}:6: chunk_bytes: must be "
+                                    "between")
+    assert check(tmp_path / "missing.toml").exit_code == 2
