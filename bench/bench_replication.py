@@ -118,6 +118,10 @@ def catchup(megabytes: int, root: Path, profile_dir: Path | None = None) -> dict
         size = src.stat().st_size
         a.start()
         wait_until(lambda: a.file_status(KEY).get("size") == size, 120, "a to index its file")
+        # Where the daemon keeps an incremental log check (status "log_check"), let A finish
+        # it first: a real source has long checked its file before a standby joins.
+        wait_until(lambda: a.file_status(KEY).get("log_check", {}).get("bytes", size) >= size,
+                   120, "a to finish its log check")
         assert a.proc is not None
         meter = CpuMeter({"a": a.proc.pid})
         meter.start()

@@ -9,9 +9,10 @@ start with identical copies, so nothing needs fetching:
    `syncd status` is then checked for files still "verifying";
 3. idle: RSS, and CPU % over a window (CPU time from /proc/<pid>/stat; 100 % = one core);
 4. load: every key appended once per second (keys spread evenly over the second), lag until
-   durable on B (its SYNCD_TRACE_FILE) and the CPU % of both daemons.
+   durable on B (its SYNCD_TRACE_FILE) and the CPU % of both daemons;
+5. optionally (--scrub S): CPU % over S seconds that hold the first background scrub pass.
 
-    python -m bench.bench_scale [--keys 1000] [--kib 1024] [--idle 20] [--load 20]
+    python -m bench.bench_scale [--keys 1000] [--kib 1024] [--idle 20] [--load 20] [--scrub 0]
 """
 
 from __future__ import annotations
@@ -24,14 +25,19 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.harness import CpuMeter, PySpy, lag_stats, paced_appends, read_trace, rss_mb
+from syncd.config import Config
 from tests.cluster import Broker, Daemon, wait_until
 from tests.conftest import ishiki_lines
+
+SCRUB_INTERVAL = next(f.default for f in fields(Config) if f.name == "scrub_interval")
+SCRUB_RATE = next(f.default for f in fields(Config) if f.name == "scrub_bytes_per_second")
 
 
 def key_name(i: int) -> str:
@@ -89,6 +95,14 @@ def stop(d: Daemon, timeout: float = 120) -> float:
     return time.monotonic() - t0
 
 
+def settled(d: Daemon) -> bool:
+    """No file verifying, and each file's log check (where the daemon has one) caught up."""
+    for f in d.status()["files"]:
+        if f["state"] == "verifying" or f.get("log_check", {}).get("bytes", f["size"]) < f["size"]:
+            return False
+    return True
+
+
 def states(d: Daemon) -> dict[str, int]:
     status = d.status()
     counts = Counter(str(f["state"]) for f in status["files"])
@@ -96,7 +110,7 @@ def states(d: Daemon) -> dict[str, int]:
 
 
 def run(root: Path, keys: int = 1000, kib: int = 1024, idle: float = 20, load: float = 20,
-        profile_dir: Path | None = None) -> dict[str, Any]:
+        profile_dir: Path | None = None, scrub: float = 0) -> dict[str, Any]:
     root.mkdir(parents=True, exist_ok=True)
     broker = Broker(root / "broker", max_queued_messages=1000)
     broker.start()
@@ -113,10 +127,16 @@ def run(root: Path, keys: int = 1000, kib: int = 1024, idle: float = 20, load: f
         r["make_s"] = time.monotonic() - t0
         r["cold_ready_a"] = start_until_ready(a)
         r["cold_ready_b"] = start_until_ready(b)
-        time.sleep(2)  # let both record their positions (persist_interval 1 s)
+        # Stop only once both have finished all start-up work (hashing, log checks), so that
+        # the restart below finds everything persisted.
+        t0 = time.monotonic()
+        wait_until(lambda: settled(a) and settled(b), 300, "first start to settle", interval=1)
+        r["cold_settle_s"] = r["cold_ready_b"] + time.monotonic() - t0
+        time.sleep(2)  # positions are recorded at most every persist_interval (1 s)
         r["stop_a"] = stop(a)
         r["stop_b"] = stop(b)
 
+        restarted = time.monotonic()
         r["ready_a"] = start_until_ready(a)
         r["states_a"] = states(a)
         r["ready_b"] = start_until_ready(b)
@@ -126,6 +146,7 @@ def run(root: Path, keys: int = 1000, kib: int = 1024, idle: float = 20, load: f
         r["rss_ready"] = {n: rss_mb(p) for n, p in pids.items()}
 
         time.sleep(3)  # peers' retained positions and first announcements settle
+        wait_until(lambda: settled(a) and settled(b), 120, "restart to settle", interval=1)
         spies = [PySpy(p, idle, profile_dir / f"scale-idle-{n}.txt")
                  for n, p in pids.items()] if profile_dir else []
         meter = CpuMeter(pids)
@@ -163,6 +184,15 @@ def run(root: Path, keys: int = 1000, kib: int = 1024, idle: float = 20, load: f
         r["load_lag"] = lag_stats(writes, read_trace(trace))
         r["ship_lag"] = lag_stats(writes, read_trace(shipped))
         r["rss_load"] = {n: rss_mb(p) for n, p in pids.items()}
+        if scrub > 0:
+            # The first scrub pass starts scrub_interval after start; measure a window
+            # that holds it (the idle window above does not).
+            begin = restarted + SCRUB_INTERVAL - 2
+            time.sleep(max(0.0, begin - time.monotonic()))
+            r["scrub_start_s"] = time.monotonic() - restarted
+            meter.start()
+            time.sleep(scrub)
+            r["scrub_cpu"] = meter.stop()
         return r
     finally:
         for d in (a, b):
@@ -179,10 +209,12 @@ def main() -> None:
     parser.add_argument("--kib", type=int, default=1024, help="size of each file in KiB")
     parser.add_argument("--idle", type=float, default=20, help="idle window, seconds")
     parser.add_argument("--load", type=float, default=20, help="load window, seconds")
+    parser.add_argument("--scrub", type=float, default=0,
+                        help="seconds of CPU measurement over the first scrub pass (0: skip)")
     parser.add_argument("--profile", type=Path, help="write py-spy profiles to this directory")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="syncd-scale-") as tmp:
-        r = run(Path(tmp), args.keys, args.kib, args.idle, args.load, args.profile)
+        r = run(Path(tmp), args.keys, args.kib, args.idle, args.load, args.profile, args.scrub)
     for k, v in r.items():
         print(f"{k}: {v}")
 

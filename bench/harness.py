@@ -72,15 +72,6 @@ def batches(n: int) -> list[bytes]:
     return [ishiki_lines(1 + i % 3) for i in range(n)]
 
 
-def append_file(path: Path, data: bytes) -> None:
-    """What the reference writer's appendFile does: open O_APPEND, one write(2), close."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
-
-
 def paced_appends(plan: Sequence[tuple[str, Path, bytes]], rate: float
                   ) -> tuple[list[Write], float]:
     """Append plan[i] at start + i / rate; return the writes and the rate achieved."""
@@ -201,18 +192,9 @@ class CpuMeter:
         return self.percent
 
 
-def _machine_busy_seconds() -> float:
-    """CPU seconds all cores spent busy since boot (not idle, not waiting for I/O)."""
-    with open("/proc/stat") as f:
-        fields = [int(v) for v in f.readline().split()[1:]]
-    idle = fields[3] + fields[4]
-    return (sum(fields[:8]) - idle) / CLK_TCK
-
-
-def _own_tree_seconds() -> float:
-    """CPU seconds of this process and all its descendants (reaped ones included)."""
-    parents: dict[int, int] = {}
-    times: dict[int, float] = {}
+def _process_times() -> dict[int, tuple[int, float]]:
+    """pid -> (ppid, CPU seconds of it and its reaped children), user processes only."""
+    out: dict[int, tuple[int, float]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -222,33 +204,46 @@ def _own_tree_seconds() -> float:
         except OSError:
             continue
         fields = text[text.rindex(")") + 2 :].split()
-        parents[int(entry)] = int(fields[1])
-        times[int(entry)] = sum(int(v) for v in fields[11:15]) / CLK_TCK
-    ours = {os.getpid()}
+        ppid = int(fields[1])
+        if int(entry) == 2 or ppid == 2:
+            continue  # kernel threads: the I/O and networking we cause land there too
+        out[int(entry)] = (ppid, sum(int(v) for v in fields[11:15]) / CLK_TCK)
+    return out
+
+
+def _descendants(procs: dict[int, tuple[int, float]], root: int) -> set[int]:
+    ours = {root}
     grew = True
     while grew:
         before = len(ours)
-        ours |= {pid for pid, ppid in parents.items() if ppid in ours}
+        ours |= {pid for pid, (ppid, _) in procs.items() if ppid in ours}
         grew = len(ours) > before
-    return sum(times[pid] for pid in ours if pid in times)
+    return ours
 
 
 class BackgroundMeter:
-    """CPU % used by processes that are not ours (the host is shared): machine busy time
-    from /proc/stat minus this process tree's. 100 % = one core; approximate."""
+    """CPU % used by user processes outside this process tree (the host may be shared).
+
+    Approximate: a process that exits inside the window is counted through its parent's
+    children time, including what it used before the window. 100 % = one core.
+    """
 
     def __init__(self) -> None:
-        self._t0 = self._busy0 = self._own0 = 0.0
+        self._t0 = 0.0
+        self._before: dict[int, tuple[int, float]] = {}
 
     def start(self) -> None:
         self._t0 = time.monotonic()
-        self._busy0, self._own0 = _machine_busy_seconds(), _own_tree_seconds()
+        self._before = _process_times()
 
     def stop(self) -> float:
         wall = time.monotonic() - self._t0
-        busy = _machine_busy_seconds() - self._busy0
-        own = _own_tree_seconds() - self._own0
-        return max(0.0, 100 * (busy - own) / wall)
+        after = _process_times()
+        me = os.getpid()
+        ours = _descendants(self._before, me) | _descendants(after, me)
+        used = sum(t - self._before.get(pid, (0, 0.0))[1]
+                   for pid, (_, t) in after.items() if pid not in ours)
+        return max(0.0, 100 * used / wall)
 
 
 def wait_quiet(threshold: float = 10.0, max_wait: float = 300.0) -> float:

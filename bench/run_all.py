@@ -44,18 +44,20 @@ RATES = (50, 500, 2000)
 class Plan:
     lag_seconds: float
     lsyncd_seconds: float
-    defaults_seconds: float  # lsyncd defaults: writing time (its delay is 15 s)
+    defaults_rates: tuple[int, ...]  # lsyncd defaults: its 15 s delay makes runs long
+    defaults_seconds: float
     defaults_settle: float
     catchup_mb: int
     scale_keys: int
     scale_kib: int
     idle_seconds: float
     load_seconds: float
+    scrub_seconds: float
     verify_args: tuple[str, ...]
 
 
-FULL = Plan(8, 8, 20, 30, 1000, 1000, 1024, 20, 20, ("--mb", "200", "--runs", "3"))
-QUICK = Plan(3, 3, 5, 20, 200, 1000, 128, 5, 5, ("--mb", "50", "--runs", "1"))
+FULL = Plan(8, 8, (50, 500), 20, 25, 1000, 1000, 1024, 20, 20, 20, ("--mb", "200", "--runs", "3"))
+QUICK = Plan(3, 3, (500,), 5, 20, 200, 1000, 128, 5, 5, 0, ("--mb", "50", "--runs", "1"))
 
 # Targets from issue 7.
 LAG_P50_MS, LAG_P99_MS, LSYNCD_FACTOR = 3.0, 20.0, 10.0
@@ -170,13 +172,15 @@ class Suite:
         for rate in RATES:
             self.step(f"lsyncd tuned {rate}", lambda r=rate: bench_lsyncd.lag(
                 r, p.lsyncd_seconds, root / f"lsyncd-tuned-{r}", "tuned"))
-        self.step("lsyncd defaults 500", lambda: bench_lsyncd.lag(
-            500, p.defaults_seconds, root / "lsyncd-defaults", "defaults", p.defaults_settle))
+        for rate in p.defaults_rates:
+            self.step(f"lsyncd defaults {rate}", lambda r=rate: bench_lsyncd.lag(
+                r, p.defaults_seconds, root / f"lsyncd-defaults-{r}", "defaults",
+                p.defaults_settle))
         self.step("catch-up", lambda: bench_replication.catchup(
             p.catchup_mb, root / "catchup", self.profile))
         self.step("scale", lambda: bench_scale.run(
             root / "scale", p.scale_keys, p.scale_kib, p.idle_seconds, p.load_seconds,
-            self.profile))
+            self.profile, p.scrub_seconds))
         self.step("verify", lambda: run_verify(p))
 
 
@@ -315,6 +319,8 @@ class Report:
                       f"(made in {sc['make_s']:.1f} s)"],
             ["first start to READY (nothing persisted: every file hashed)",
              a_b.format(sc["cold_ready_a"], sc["cold_ready_b"])],
+            ["first start until all start-up work is done (log checks included)",
+             f"{sc['cold_settle_s']:.1f} s from B's spawn"],
             ["SIGTERM to exit (positions saved)", a_b.format(sc["stop_a"], sc["stop_b"])],
             ["restart to READY (positions persisted; A alone, then B with A up)",
              a_b.format(sc["ready_a"], sc["ready_b"])],
@@ -334,6 +340,13 @@ class Report:
              + (f", {sc['load_lag'].missing} never arrived" if sc["load_lag"].missing else "")],
             ["RSS after load", _pair(sc["rss_load"], "{:.0f} MB")],
         ]
+        if "scrub_cpu" in sc:
+            total = sc["keys"] * sc["file_bytes"]
+            rows.append([f"CPU over {self.plan.scrub_seconds:g} s from "
+                         f"{sc['scrub_start_s']:.0f} s after restart (the first background "
+                         f"scrub pass: {total / 1e6:.0f} MB at "
+                         f"{bench_scale.SCRUB_RATE / 2**20:.0f} MiB/s, every "
+                         f"{bench_scale.SCRUB_INTERVAL:g} s)", _pair(sc["scrub_cpu"], "{:.1f} %")])
         return rows
 
     def render(self) -> str:
@@ -366,21 +379,30 @@ class Report:
             "",
             "## Lag: append -> durable on each replica",
             "",
-            f"Ishiki-shaped lines (`ishiki_lines` from tests/conftest.py), 1 to 3 lines per "
-            f"write, each write one `open(O_APPEND)` + `write(2)` + `close` (the reference "
-            f"writer's `appendFile`), paced by sleeping. syncd: {p.lag_seconds:g} s per "
-            "configuration, writer daemon A and replicas B (and C), default tuning, each "
-            "scenario with a fresh Mosquitto; lag = replica's trace line written after "
-            "`fdatasync` minus CLOCK_MONOTONIC just before the writer's `write(2)`. lsyncd: "
-            f"the same writer for {p.lsyncd_seconds:g} s (defaults: {p.defaults_seconds:g} s at "
-            f"500/s, waiting at most {p.defaults_settle:g} s more; its 15 s delay dominates, so "
-            "only one rate), rsync to a local target directory; lag = first moment "
-            "`bench/watch_target.py` (inotify on the target directory, stat after each batch "
-            "of events, CLOCK_MONOTONIC after the stat) sees the target's size reach the "
-            "write's end offset. That is bytes in the target's page cache: rsync does not "
-            "fsync, so lsyncd is held to a weaker \"durable\" than syncd. The watcher adds "
-            "about 0.1 ms (p50) measured against direct appends. CPU: 100 % = one core, over "
-            "writing + draining; for lsyncd it includes its rsync children.",
+            "Ishiki-shaped lines (`ishiki_lines` from tests/conftest.py), 1 to 3 lines per "
+            "write, each write one `open(O_APPEND)` + `write(2)` + `close` (the reference "
+            "writer's `appendFile`), paced by sleeping.",
+            "",
+            f"- syncd: {p.lag_seconds:g} s per configuration; writer daemon A, replicas B "
+            "(and C), default tuning, a fresh Mosquitto per configuration. Lag = the replica's "
+            "trace line, written once the bytes are `fdatasync`'ed, minus CLOCK_MONOTONIC just "
+            "before the writer's `write(2)`. The \"writer A\" row is A's own trace: the "
+            "append read, published and `fdatasync`'ed on the writer's host.",
+            f"- lsyncd: the same writer, rsync to a local target directory; tuned "
+            f"{p.lsyncd_seconds:g} s per rate; defaults {p.defaults_seconds:g} s at "
+            f"{', '.join(map(str, p.defaults_rates))} writes/s, then at most "
+            f"{p.defaults_settle:g} s more for the last sync (the 15 s delay makes longer "
+            "runs costly; with defaults a sync also starts early once about 1000 events are "
+            "queued, consistent with lsyncd's maxDelays, so at 500 writes/s batches leave "
+            "every ~2 s and only the tail after the last batch waits the full 15 s; how much "
+            "of the run that tail is depends on the run's length). Lag = the first moment "
+            "`bench/watch_target.py` (inotify on the target directory, a stat after each "
+            "batch of events, CLOCK_MONOTONIC taken after the stat) sees the target's size "
+            "reach the write's end offset. That is bytes in the target's page cache: rsync "
+            "does not fsync, so lsyncd is held to a weaker \"durable\" than syncd. The "
+            "watcher adds about 0.1 ms (p50, measured against direct appends).",
+            "- CPU: 100 % = one core, over writing + draining; for lsyncd including its "
+            "rsync children.",
             "",
             table(["copy", "asked /s", "achieved /s", "writes", "p50", "p90", "p99", "max",
                    "CPU", "others' CPU"], self.lag_rows()),

@@ -62,6 +62,7 @@ class Config:
     keys: dict[str, KeyConfig] = field(default_factory=dict)
     chunk_bytes: int = 256 * 1024
     fetch_window_bytes: int = 4 * 1024 * 1024
+    watch: bool = True
     sweep_interval: float = 1.0
     scrub_bytes_per_second: int = 64 * 1024 * 1024
     scrub_interval: float = 60.0
@@ -112,7 +113,7 @@ class Config:
 _TOP = {
     "node", "runtimes_dir", "state_dir", "secret_file", "files", "include", "exclude",
     "chunk_bytes", "fetch_window_bytes", "sweep_interval", "scrub_bytes_per_second",
-    "scrub_interval", "persist_interval", "request_timeout", "mqtt", "keys", "role",
+    "scrub_interval", "persist_interval", "request_timeout", "mqtt", "keys", "role", "watch",
     "metrics",
 }
 _MQTT = {
@@ -315,6 +316,7 @@ def parse_config(data: dict[str, Any], path: Path, text: str = "") -> Config:
         chunk_bytes=chunk,
         fetch_window_bytes=top.integer("fetch_window_bytes", max(16 * chunk, 4 << 20), chunk,
                                    1 << 30),
+        watch=top.flag("watch", True),
         sweep_interval=top.number("sweep_interval", 1.0, 0.05, 3600),
         scrub_bytes_per_second=top.integer("scrub_bytes_per_second", 64 << 20, 0, 1 << 40),
         scrub_interval=top.number("scrub_interval", 60.0, 1, 86400 * 7),

@@ -119,7 +119,11 @@ class Node:
         """Run until `stop()`; `ready` is called once replicas are loaded and the link is up."""
         self.check_dirs()
         self._discover()
-        self._watcher.start()
+        if self.config.watch:
+            self._watcher.start()
+        else:
+            log.info("watch = false: changes are found by the stat sweep every %.2gs",
+                     self.config.sweep_interval)
         tasks = [
             asyncio.create_task(self.link.run(), name="link"),
             asyncio.create_task(self._sweep_forever(), name="sweep"),
@@ -130,11 +134,15 @@ class Node:
         log.info("node %s watching %s (%d files), state in %s", self.node,
                  self.config.runtimes_dir, len(self.replicas), self.config.state_dir)
         try:
-            if ready is not None:
-                await self._wait_ready()
-                ready()
-            # A background task that ends on its own is a bug: stop loudly, not half-working.
             stop = asyncio.create_task(self._stop.wait())
+            if ready is not None:
+                # Not past a stop or a failure: SIGTERM must work while the broker is away.
+                waiting = asyncio.create_task(self._wait_ready())
+                await asyncio.wait([waiting, stop, *tasks], return_when=asyncio.FIRST_COMPLETED)
+                if waiting.done():
+                    ready()
+                waiting.cancel()
+            # A background task that ends on its own is a bug: stop loudly, not half-working.
             done, _ = await asyncio.wait([stop, *tasks], return_when=asyncio.FIRST_COMPLETED)
             if stop not in done:
                 stop.cancel()

@@ -95,6 +95,8 @@ class Adoption:
 Event = tuple[str, str, object]  # (what, from node, payload)
 ANNOUNCE_GAP = 0.1  # seconds between position announcements of one file
 INLINE_SYNC_BYTES = 64 * 1024  # below this, fdatasync on the event loop
+LOAD_RETRY_SECONDS = 5
+PAUSE_RETRY_SECONDS = 2.0  # how often a paused file tries to write again
 SETTLE_SECONDS = 0.2  # a file that shrank must hold still this long before it is judged
 
 
@@ -112,6 +114,9 @@ class Replica:
         self.freeze: Freeze | None = None
         self.diverged: dict[str, Freeze] = {}
         self.note: str | None = None
+        self.paused: str | None = None  # why applying stopped for now (disk full, ...)
+        self.error: str | None = None  # why the file cannot be loaded at all
+        self._pause_until = 0.0
         self._locating: dict[str, float] = {}  # peer -> when we last asked it (to retry)
         self.adopting: Adoption | None = None
         self.peers: dict[str, PeerView] = {}
@@ -121,7 +126,8 @@ class Replica:
         self.last_persist = 0.0
         self._unsynced = 0  # bytes written but not yet fdatasync'ed: never recorded as held
         self.last_stat: store.Stat | None = None
-        self.counters = {"shipped_bytes": 0, "applied_bytes": 0, "served_bytes": 0}
+        self.counters = {"shipped_bytes": 0, "applied_bytes": 0, "served_bytes": 0,
+                         "shipped_frames": 0, "applied_frames": 0, "served_frames": 0}
         self._inbox: deque[Event] = deque()
         self._local_pending = False
         self._swept: tuple[int, int, int, int] | None = None  # stat at the last sweep
@@ -181,6 +187,7 @@ class Replica:
     def _wants_tick(self) -> bool:
         return bool(
             self.fetch is not None
+            or self.paused is not None
             or self.adopting is not None
             or self.record_dirty
             or self.verifier.unsaved
@@ -201,13 +208,30 @@ class Replica:
 
     async def _run(self) -> None:
         try:
-            await self._load()
+            while True:
+                try:
+                    await self._load()
+                    break
+                except OSError as e:
+                    # Unreadable (permissions, a directory in its place, an I/O error): say so
+                    # once, keep the other files going, and try again now and then.
+                    if self.error is None:
+                        log.error("%s: cannot read %s: %s; this file is not replicated until "
+                                  "it can be read (retrying every %ds)", self.name, self.path,
+                                  e.strerror or e, LOAD_RETRY_SECONDS)
+                    self.error = f"cannot read {self.path}: {e.strerror or e}"
+                    self.verifying = False
+                    self.loaded.set()
+                    await asyncio.sleep(LOAD_RETRY_SECONDS)
         except Exception:
             log.exception("%s: cannot load; this file is not replicated", self.name)
             return
         finally:
             self.verifying = False
             self.loaded.set()
+        if self.error is not None:
+            log.warning("%s: readable again; replication starts", self.name)
+            self.error = None
         if self.ledger is not None and self.note is None:
             self.verifier.restore(self.ledger.size)
         self._verify_follow()
@@ -450,6 +474,7 @@ class Replica:
             self.host.send(frames.Kind.LIVE, self.key, self.file, frame)
             pos += len(data)
             self.counters["shipped_bytes"] += len(data)
+            self.counters["shipped_frames"] += 1
         if pos == start:
             return
         await asyncio.to_thread(store.sync, self.path)
@@ -564,17 +589,26 @@ class Replica:
                                                f"{ledger.size}, while {sender} sent other bytes")
             return
         self._absorbing = -1
-        if st is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
+            if st is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
             after = store.append(self.path, d.offset, d.data, durable=False)
         except store.ConcurrentWrite as e:
             self._freeze("diverged", f"another process wrote while applying {sender}'s bytes: "
                                      f"{e}", peer=sender, offset=d.offset)
             return
+        except OSError as e:
+            # Disk full, quota, permissions: nothing partial stays behind (store.append takes
+            # its own bytes back); stop asking for more until a tick tries again.
+            self._pause(f"cannot write {self.path}: {e.strerror or e}")
+            return
+        if self.paused is not None:
+            log.warning("%s: writing works again; replication resumed", self.name)
+            self.paused = None
         ledger.extend(d.data)
         self._unsynced += len(d.data)
         self.counters["applied_bytes"] += len(d.data)
+        self.counters["applied_frames"] += 1
         self._adopt_stat(after)
         if self.fetch is not None and self.fetch.peer == sender:
             self.fetch.deadline = time.monotonic() + self.host.request_timeout
@@ -612,6 +646,7 @@ class Replica:
             self.host.send(frames.Kind.FILL, self.key, self.file, Data(pos, base, chunk),
                            to=sender)
             self.counters["served_bytes"] += len(chunk)
+            self.counters["served_frames"] += 1
             pos = stop
 
     def _on_refuse(self, sender: str, rf: Refuse) -> None:
@@ -621,6 +656,14 @@ class Replica:
         if self._digest_at(rf.offset) != rf.digest:
             self._diverge(sender, rf.offset, f"{sender} holds a different prefix of {rf.offset} "
                                              "bytes")
+
+    def _pause(self, reason: str) -> None:
+        if self.paused is None:
+            log.error("%s: PAUSED: %s; the copy stays a prefix, retrying every few seconds",
+                      self.name, reason)
+        self.paused = reason
+        self._pause_until = time.monotonic() + PAUSE_RETRY_SECONDS
+        self.fetch = None
 
     def _on_tick(self) -> None:
         if self.fetch is not None and time.monotonic() > self.fetch.deadline:
@@ -639,6 +682,8 @@ class Replica:
         adoption = self.adopting
         if ledger is None or (adoption is None and (self.frozen or self.role == "source")):
             self.fetch = None
+            return
+        if self.paused is not None and time.monotonic() < self._pause_until:
             return
         if adoption is not None:
             view = self.peers.get(adoption.peer)
@@ -930,7 +975,12 @@ class Replica:
                 "lag_bytes": max(0, self.position.size - v.position.size),
             }
         states = [v.state for v in self.peers.values()]
-        state = file_state(self.frozen, self.verifying, states)
+        if self.error:
+            state = "error"
+        elif self.paused and not self.frozen:
+            state = "paused"
+        else:
+            state = file_state(self.frozen, self.verifying, states)
         report = self.verifier.report()
         ahead = {n: v.position.size - self.position.size for n, v in self.peers.items()
                  if v.position.size > self.position.size and n not in self.diverged}
@@ -949,6 +999,8 @@ class Replica:
                           "clean": report.clean if report else None,
                           "problems": dict(report.problem_counts) if report else {}},
             "role": self.role,
+            "paused": self.paused,
+            "error": self.error,
             "note": self.note,
             "adopting": self.adopting.peer if self.adopting else None,
             "freeze": self.freeze.to_json() if self.freeze else None,

@@ -6,15 +6,21 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 if ! command -v mosquitto >/dev/null 2>&1 && [ ! -x /usr/sbin/mosquitto ]; then
   echo "tests/run.sh: installing mosquitto (the tests start their own brokers)" >&2
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -q
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q mosquitto
 fi
 
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
+  # Debian and Ubuntu ship python3 without venv's pip bootstrap.
+  if ! "$PY" -c "import ensurepip" >/dev/null 2>&1; then
+    echo "tests/run.sh: installing python3-venv" >&2
+    $SUDO apt-get update -q
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q python3-venv
+  fi
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]'

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import signal
 import socket
 import subprocess
 from pathlib import Path
@@ -132,3 +133,21 @@ def test_unit_essentials() -> None:
                  "ExecReload=/bin/kill -HUP $MAINPID", "User=syncd", "ProtectSystem=strict",
                  "CapabilityBoundingSet=\n", "SystemCallFilter=@system-service"):
         assert line in unit
+
+
+def test_sigterm_while_waiting_for_the_broker_stops_at_once(tmp_path: Path) -> None:
+    listener = NotifySocket(str(tmp_path / "notify"))
+    broker = Broker(tmp_path / "broker")  # never started
+    daemon = Daemon(tmp_path, "a", broker, env={"NOTIFY_SOCKET": str(tmp_path / "notify")})
+    try:
+        daemon.start(wait=False)
+        wait_until(lambda: "unreachable" in daemon.read_log(), 10, "a failed connection")
+        assert daemon.proc is not None
+        proc = daemon.proc
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(5) == 0
+        assert listener.first("STOPPING", "1") is not None
+        assert listener.first("READY") is None
+    finally:
+        daemon.kill()
+        listener.close()

@@ -14,7 +14,7 @@ from typing import IO
 
 import click
 
-from syncd import logs, systemd, tls
+from syncd import logs, metrics, systemd, tls
 from syncd.cli.common import config_option, load_or_exit
 from syncd.config import ConfigError, load_config
 from syncd.node import Node, StartupError
@@ -64,6 +64,7 @@ async def _run(node: Node) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop)
     loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(_reload(node)))
+    endpoint = _metrics_endpoint(node, loop)
     # Outside systemd there is nobody to inform.
     informer = (loop.create_task(systemd.keep_informed(notifier, node.status))
                 if notifier.enabled else None)
@@ -73,6 +74,21 @@ async def _run(node: Node) -> None:
         if informer is not None:
             informer.cancel()
         notifier.close()
+        if endpoint is not None:
+            endpoint.close()
+
+
+def _metrics_endpoint(node: Node, loop: asyncio.AbstractEventLoop) -> metrics.Endpoint | None:
+    m = node.config.metrics
+    if m.host is None:
+        return None
+    try:
+        endpoint = metrics.Endpoint(m.host, m.port, metrics.snapshot_from(node, loop))
+    except OSError as e:
+        raise StartupError(f"metrics.listen {m.host}:{m.port}: {e.strerror or e}") from None
+    logging.getLogger("syncd").info("metrics on http://%s:%d/metrics",
+                                    f"[{m.host}]" if ":" in m.host else m.host, m.port)
+    return endpoint
 
 
 def _tracer(path: Path) -> Callable[[str, str, int], None]:

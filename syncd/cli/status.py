@@ -1,6 +1,7 @@
 """`syncd status`: what the running daemon sees, per key and file and per peer.
 
-Exit status: 0 all good, 1 some file is frozen (diverged or reset), 2 the daemon could
+Exit status: 0 all good, 1 some file is frozen (diverged, reset) or stuck (paused: disk full;
+error: unreadable), 2 the daemon could
 not be asked.
 """
 
@@ -18,7 +19,7 @@ from syncd.cli.common import config_option, load_or_exit
 from syncd.control import ControlError, query
 from syncd.node import SOCKET_NAME
 
-PROBLEM_STATES = {"diverged", "reset"}
+PROBLEM_STATES = {"diverged", "reset", "paused", "error"}
 
 
 @click.command("status")
@@ -84,6 +85,8 @@ def render(status: dict[str, Any]) -> str:
         if freeze or f.get("diverged"):
             lines.append(f"    resolve on the host whose copy should lose: syncd adopt {f['key']} "
                          "--from <node that wins>")
+        elif f.get("error") or f.get("paused"):
+            lines.append(f"{name}: {f['state'].upper()}: {f.get('error') or f.get('paused')}")
         elif not f["ready"]:
             lines.append(f"{name}: not ready to take over: {'; '.join(f['not_ready'])}")
     return "\n".join(lines)

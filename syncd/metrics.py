@@ -1,0 +1,112 @@
+"""Prometheus metrics (`[metrics] listen`), read from the daemon's status at scrape time.
+
+Nothing is counted on the replication path for this: a scrape takes one snapshot of
+`Node.status()` (the same document `syncd status --json` prints) on the event loop and turns
+it into metric families. Off unless configured; the example binds loopback only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from syncd.node import Node
+
+STATES = ("in_sync", "ahead", "behind", "alone", "verifying", "diverged", "reset")
+_COUNTERS = {
+    "shipped": "this host's own new bytes sent live",
+    "applied": "bytes received from peers and appended here",
+    "served": "bytes sent to peers that asked for them",
+}
+
+Status = Mapping[str, Any]
+
+
+def families(status: Status) -> list[Metric]:
+    """Every metric for one status snapshot (pure: testable without a daemon)."""
+    file_labels = ["key", "file"]
+    connected = GaugeMetricFamily("syncd_broker_connected", "1 while the broker link is up")
+    connected.add_metric([], 1 if status["connected"] else 0)
+    reconnects = CounterMetricFamily("syncd_broker_reconnects", "failed or lost connections")
+    reconnects.add_metric([], status.get("reconnects", 0))
+    rejected = CounterMetricFamily("syncd_rejected_frames", "malformed or unauthenticated frames")
+    rejected.add_metric([], status["rejected_frames"])
+    online = GaugeMetricFamily("syncd_peer_online", "1 while a peer is online", labels=["peer"])
+    for peer, p in status["peers"].items():
+        online.add_metric([peer], 1 if p["online"] else 0)
+    by_state = GaugeMetricFamily("syncd_files", "replicated files by state", labels=["state"])
+    diverged = GaugeMetricFamily("syncd_diverged_files",
+                                 "files frozen because copies differ (diverged or reset)")
+    size = GaugeMetricFamily("syncd_file_size_bytes", "bytes of this host's copy",
+                             labels=file_labels)
+    ready = GaugeMetricFamily("syncd_file_ready", "1 when this host could take over the file",
+                              labels=file_labels)
+    behind = GaugeMetricFamily("syncd_behind_bytes",
+                               "bytes the most advanced consistent peer holds beyond ours",
+                               labels=file_labels)
+    lag = GaugeMetricFamily("syncd_peer_lag_bytes", "bytes of ours a peer does not hold yet",
+                            labels=[*file_labels, "peer"])
+    counters = {
+        (what, unit): CounterMetricFamily(f"syncd_{what}_{unit}", f"{help} ({unit})",
+                                          labels=file_labels)
+        for what, help in _COUNTERS.items() for unit in ("bytes", "frames")
+    }
+    files = status["files"]
+    states = [f["state"] for f in files]
+    for state in STATES:
+        by_state.add_metric([state], states.count(state))
+    diverged.add_metric([], states.count("diverged") + states.count("reset"))
+    for f in files:
+        labels = [f["key"], f["file"]]
+        size.add_metric(labels, f["size"])
+        ready.add_metric(labels, 1 if f["ready"] else 0)
+        consistent = [p["size"] for n, p in f["peers"].items() if n not in f.get("diverged", {})]
+        behind.add_metric(labels, max([0, *(s - f["size"] for s in consistent)]))
+        for peer, p in f["peers"].items():
+            lag.add_metric([*labels, peer], p["lag_bytes"])
+        for (what, unit), family in counters.items():
+            if f"{what}_{unit}" in f:
+                family.add_metric(labels, f[f"{what}_{unit}"])
+    return [connected, reconnects, rejected, online, by_state, diverged, size, ready, behind,
+            lag, *counters.values()]
+
+
+class StatusCollector(Collector):
+    def __init__(self, snapshot: Callable[[], Status]) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterator[Metric]:
+        yield from families(self._snapshot())
+
+
+def snapshot_from(node: Node, loop: asyncio.AbstractEventLoop) -> Callable[[], Status]:
+    """A snapshot function for the HTTP thread: the status is taken on the event loop, where
+    the replicas live, never read from another thread while they change."""
+
+    async def take() -> Status:
+        return {**node.status(), "reconnects": node.link.reconnects}
+
+    def snapshot() -> Status:
+        return asyncio.run_coroutine_threadsafe(take(), loop).result(timeout=10)
+
+    return snapshot
+
+
+class Endpoint:
+    """The /metrics HTTP server (prometheus_client's, in its own thread)."""
+
+    def __init__(self, host: str, port: int, snapshot: Callable[[], Status]) -> None:
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(StatusCollector(snapshot))
+        self._server, self._thread = start_http_server(port, host, registry)
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)

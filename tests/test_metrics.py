@@ -1,0 +1,109 @@
+"""Prometheus endpoint: metric families from a status snapshot, and a real scrape."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from syncd.metrics import StatusCollector
+from tests.cluster import Broker, Daemon, free_port, wait_until
+from tests.conftest import ishiki_lines
+from tests.test_replication import append, wait_equal
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def parse(text: str) -> Samples:
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def exposition(snapshot: Callable[[], dict[str, Any]]) -> Samples:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StatusCollector(snapshot))
+    return parse(generate_latest(registry).decode())
+
+
+def test_families_from_a_status_snapshot() -> None:
+    peer = {"size": 100, "state": "ahead", "frozen": None, "online": True, "lag_bytes": 20}
+    status = {
+        "connected": True, "rejected_frames": 3, "reconnects": 2,
+        "peers": {"b": {"online": True}, "c": {"online": False}},
+        "files": [
+            {"key": "bot-1", "file": "events.jsonl", "size": 120, "state": "ahead",
+             "ready": True, "peers": {"b": peer}, "diverged": {}, "shipped_bytes": 120,
+             "shipped_frames": 4, "applied_bytes": 0, "applied_frames": 0, "served_bytes": 7,
+             "served_frames": 1},
+            {"key": "bot-2", "file": "events.jsonl", "size": 50, "state": "diverged",
+             "ready": False, "peers": {"c": {**peer, "size": 90, "lag_bytes": 0}},
+             "diverged": {"c": {}}},
+        ],
+    }
+    s = exposition(lambda: status)
+    one = (("file", "events.jsonl"), ("key", "bot-1"))
+    two = (("file", "events.jsonl"), ("key", "bot-2"))
+    assert s[("syncd_broker_connected", ())] == 1
+    assert s[("syncd_broker_reconnects_total", ())] == 2
+    assert s[("syncd_rejected_frames_total", ())] == 3
+    assert s[("syncd_peer_online", (("peer", "c"),))] == 0
+    assert s[("syncd_files", (("state", "diverged"),))] == 1
+    assert s[("syncd_files", (("state", "in_sync"),))] == 0
+    assert s[("syncd_diverged_files", ())] == 1
+    assert s[("syncd_shipped_bytes_total", one)] == 120
+    assert s[("syncd_shipped_frames_total", one)] == 4
+    assert s[("syncd_served_bytes_total", one)] == 7
+    assert s[("syncd_peer_lag_bytes", (*one, ("peer", "b")))] == 20
+    assert s[("syncd_file_ready", two)] == 0
+    assert s[("syncd_behind_bytes", two)] == 0  # c holds more, but another history
+    assert ("syncd_shipped_bytes_total", two) not in s  # no counters: no sample
+
+
+def scrape(port: int) -> Samples:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        return parse(r.read().decode())
+
+
+def test_scrape_a_running_daemon(tmp_path: Path, broker: Broker,
+                                 make_daemon: Callable[..., Daemon]) -> None:
+    port = free_port()
+    a = make_daemon("a", broker, extra=f'[metrics]\nlisten = "127.0.0.1:{port}"\n')
+    b = make_daemon("b", broker)
+    append(a.path("bot-1"), ishiki_lines(40))
+    wait_equal(a.path("bot-1").read_bytes(), b, key="bot-1")
+    labels = (("file", "events.jsonl"), ("key", "bot-1"))
+    size = a.path("bot-1").stat().st_size
+
+    def caught_up() -> Samples | None:
+        s = scrape(port)
+        return s if s[("syncd_peer_lag_bytes", (*labels, ("peer", "b")))] == 0 else None
+
+    s = wait_until(caught_up, 10, "b's lag to reach 0 in a's metrics")
+    assert s[("syncd_broker_connected", ())] == 1
+    assert s[("syncd_peer_online", (("peer", "b"),))] == 1
+    # Live or on request, depending on whether b was listening when the bytes appeared.
+    sent = s[("syncd_shipped_bytes_total", labels)] + s[("syncd_served_bytes_total", labels)]
+    assert sent >= size
+    assert s[("syncd_shipped_frames_total", labels)] + s[("syncd_served_frames_total", labels)]
+    assert s[("syncd_file_size_bytes", labels)] == size
+    assert s[("syncd_files", (("state", "in_sync"),))] == 1
+    assert s[("syncd_rejected_frames_total", ())] == 0
+
+
+def test_metrics_port_taken_stops_the_start(tmp_path: Path, broker: Broker) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        d = Daemon(tmp_path, "a", broker, extra=f'[metrics]\nlisten = "127.0.0.1:{port}"\n')
+        run = subprocess.run([sys.executable, "-m", "syncd", "run", "--config", str(d.config)],
+                             capture_output=True, text=True, timeout=30)
+    assert run.returncode == 2
+    assert f"metrics.listen 127.0.0.1:{port}: Address already in use" in run.stderr
