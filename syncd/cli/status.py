@@ -1,8 +1,7 @@
 """`syncd status`: what the running daemon sees, per key and file and per peer.
 
-Exit status: 0 all good, 1 some file is frozen (diverged, reset) or stuck (paused: disk full;
-error: unreadable), 2 the daemon could
-not be asked.
+Exit status: 0 all good; 1 some file is frozen (diverged, reset) or stuck (paused: disk
+full; error: unreadable); 2 the daemon could not be asked.
 """
 
 from __future__ import annotations
