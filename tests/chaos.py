@@ -1,0 +1,341 @@
+"""Chaos: faults injected at random into a live three-host cluster; nothing may be lost.
+
+A writer thread appends Ishiki-shaped lines to host a's copy of one key the whole time. A seeded
+random sequence of faults hits the daemons, the broker and the files; at checkpoints the writer
+pauses and every copy must become byte-identical to the writer's. Faults that make copies
+diverge (hand edits, truncation, a cleared file) each get a key of their own, and must be
+refused: every other host keeps its bytes.
+
+    python -m tests.chaos --faults 200 --seed 7      # the long mode, with a summary table
+
+The quick mode runs in the test suite (tests/test_chaos.py). The fault sequence is fixed by the
+seed; timings are not, so a failure report always names the seed and the fault being run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import queue
+import random
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.cluster import Broker, Daemon, wait_until
+from tests.conftest import ishiki_lines
+
+KEY = "chaos"
+MAIN_FAULTS = [
+    "kill9_writer_daemon", "kill9_replica_daemon", "kill9_during_catchup", "broker_restart",
+    "broker_restart_persistent", "replica_away", "replica_paused", "torn_line", "big_line",
+    "not_utf8",
+]
+DIVERGENCE_FAULTS = ["hand_edit", "truncate", "delete_recreate"]
+
+
+@dataclass
+class Summary:
+    seed: int
+    injected: Counter[str] = field(default_factory=Counter)
+    copies_checked: int = 0
+    bytes_lost: int = 0
+    bytes_changed: int = 0
+    refused: int = 0
+    refusals_expected: int = 0
+
+    def table(self) -> str:
+        rows = [f"chaos seed {self.seed}: {sum(self.injected.values())} faults"]
+        rows += [f"  {kind:28} {n:5}" for kind, n in sorted(self.injected.items())]
+        rows += [
+            f"  {'copies checked':28} {self.copies_checked:5}",
+            f"  {'bytes lost':28} {self.bytes_lost:5}",
+            f"  {'bytes changed':28} {self.bytes_changed:5}",
+            f"  {'divergences refused':28} {self.refused:5} of {self.refusals_expected}",
+        ]
+        return "\n".join(rows)
+
+
+class Writer(threading.Thread):
+    """The bot: appends 1-3 lines per write(2), ~rate writes per second, until stopped."""
+
+    def __init__(self, path: Path, rate: float) -> None:
+        super().__init__(daemon=True)
+        self.path = path
+        self.rate = rate
+        self.running = threading.Event()
+        self.idle = threading.Event()
+        self.jobs: queue.Queue[Callable[[int], None]] = queue.Queue()
+        self._stop = threading.Event()
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(self, data: bytes) -> None:
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+
+    def run(self) -> None:
+        n = 0
+        while not self._stop.is_set():
+            if not self.running.is_set():
+                self.idle.set()
+                self.running.wait(0.05)
+                continue
+            self.idle.clear()
+            try:
+                self.jobs.get_nowait()(n)
+            except queue.Empty:
+                self.write(ishiki_lines(1 + n % 3))
+            n += 1
+            time.sleep(1 / self.rate)
+
+    def pause(self) -> None:
+        self.running.clear()
+        wait_until(self.idle.is_set, 10, "the writer to pause")
+
+    def resume(self) -> None:
+        self.running.set()
+
+    def do(self, job: Callable[[int], None]) -> None:
+        """Run `job` in the writer's thread, between two ordinary writes, and wait for it."""
+        done = threading.Event()
+
+        def wrapped(n: int) -> None:
+            job(n)
+            done.set()
+
+        self.jobs.put(wrapped)
+        if not done.wait(60):
+            raise AssertionError("writer job did not run")
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+class Chaos:
+    def __init__(self, root: Path, seed: int, big_line: int) -> None:
+        self.rng = random.Random(seed)
+        self.summary = Summary(seed)
+        self.big_line_size = big_line
+        self.broker = Broker(root / "broker", max_queued_messages=50)  # drops early
+        self.daemons = {n: Daemon(root, n, self.broker, log_level="info") for n in "abc"}
+        self.writer = Writer(self.daemons["a"].path(KEY), rate=100)
+        self.divergence_keys = 0
+
+    # --- the run ----------------------------------------------------------------------------
+
+    def run(self, faults: int, check_every: int, log: Callable[[str], None]) -> Summary:
+        self.broker.start()
+        for d in self.daemons.values():
+            d.start()
+        self.writer.start()
+        self.writer.resume()
+        try:
+            for i in range(faults):
+                kinds = MAIN_FAULTS + DIVERGENCE_FAULTS
+                kind = self.rng.choice(kinds)
+                log(f"[{i + 1}/{faults}] {kind}")
+                self.summary.injected[kind] += 1
+                getattr(self, kind)()
+                if (i + 1) % check_every == 0 or i + 1 == faults:
+                    self.checkpoint()
+        finally:
+            self.writer.stop()
+            for d in self.daemons.values():
+                d.kill()
+            self.broker.stop()
+        return self.summary
+
+    def checkpoint(self) -> None:
+        self.writer.pause()
+        source = self.daemons["a"].path(KEY)
+        expected = source.read_bytes()
+        replicas = [self.daemons["b"], self.daemons["c"]]
+        try:
+            wait_until(lambda: all(_content(d.path(KEY)) == expected for d in replicas), 60,
+                       "copies to converge")
+        finally:
+            for d in replicas:
+                copy = _content(d.path(KEY))
+                self.summary.copies_checked += 1
+                common = _common_prefix(copy, expected)
+                self.summary.bytes_lost += len(expected) - common
+                self.summary.bytes_changed += len(copy) - common
+        digest = hashlib.sha256(expected).hexdigest()
+        assert all(hashlib.sha256(_content(d.path(KEY))).hexdigest() == digest
+                   for d in replicas)
+        self.writer.resume()
+
+    # --- faults on the running cluster --------------------------------------------------------
+
+    def _nap(self, lo: float = 0.05, hi: float = 0.4) -> None:
+        time.sleep(self.rng.uniform(lo, hi))  # let the cluster run for a while, faulty
+
+    def kill9_writer_daemon(self) -> None:
+        a = self.daemons["a"]
+        a.kill()
+        self._nap()
+        a.start()
+
+    def kill9_replica_daemon(self) -> None:
+        d = self.daemons[self.rng.choice("bc")]
+        d.kill()
+        self._nap()
+        d.start()
+
+    def kill9_during_catchup(self) -> None:
+        c = self.daemons["c"]
+        c.stop()
+        self.writer.do(lambda n: self.writer.write(ishiki_lines(3000)))  # ~1.2 MB behind
+        c.start(wait=False)
+        self._nap(0.3, 0.8)
+        c.kill()
+        c.start()
+
+    def broker_restart(self, persistent: bool = False) -> None:
+        lines = [line for line in self.broker.conf.read_text().splitlines()
+                 if not line.startswith("persistence")]
+        lines += ["persistence true", f"persistence_location {self.broker.dir}/"] if persistent \
+            else ["persistence false"]
+        conf = "\n".join(lines) + "\n"
+        self.broker.stop()
+        self.broker.conf.write_text(conf)
+        self._nap(0.1, 1.0)
+        self.broker.start()
+
+    def broker_restart_persistent(self) -> None:
+        self.broker_restart(persistent=True)
+
+    def replica_away(self) -> None:
+        c = self.daemons["c"]
+        c.stop()
+        self._nap(0.5, 1.0)  # ~75 writes: more than the broker queue (50) holds
+        c.start()
+
+    def replica_paused(self) -> None:
+        d = self.daemons[self.rng.choice("bc")]
+        d.pause()
+        self._nap(0.5, 1.0)
+        d.resume()
+
+    def torn_line(self) -> None:
+        line = ishiki_lines(1)
+        cut = self.rng.randrange(1, len(line) - 1)
+
+        def job(n: int) -> None:
+            self.writer.write(line[:cut])
+            time.sleep(0.3)  # long enough for the watcher and the sweep to look
+            self.writer.write(line[cut:])
+
+        self.writer.do(job)
+
+    def big_line(self) -> None:
+        size = self.big_line_size
+        self.writer.do(lambda n: self.writer.write(
+            b'{"id":"big","type":"message","data":{"text":"' + b"x" * size + b'"}}\n'))
+
+    def not_utf8(self) -> None:
+        self.writer.do(lambda n: self.writer.write(b'{"bytes":"\xff\xfe\xc3\x28"}\n'))
+
+    # --- faults that make histories diverge: each on a key of its own -------------------------
+
+    def _diverging_key(self) -> tuple[str, bytes]:
+        self.divergence_keys += 1
+        key = f"diverge-{self.divergence_keys}"
+        data = ishiki_lines(20)
+        path = self.daemons["a"].path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        wait_until(lambda: all(_content(self.daemons[n].path(key)) == data for n in "bc"), 60,
+                   f"{key} to replicate")
+        return key, data
+
+    def _expect_refused(self, key: str, data: bytes, states: dict[str, set[str]]) -> None:
+        self.summary.refusals_expected += 1
+
+        def refused() -> bool:
+            return all(self.daemons[n].file_status(key).get("state") in ok
+                       for n, ok in states.items())
+
+        wait_until(refused, 30, f"{key} to be refused: {states}")
+        assert all(_content(self.daemons[n].path(key)) == data for n in "bc"), "copies changed"
+        self.summary.refused += 1
+
+    def hand_edit(self) -> None:
+        key, data = self._diverging_key()
+        lines = data.splitlines(keepends=True)
+        drop = self.rng.randrange(len(lines) - 1)
+        self.daemons["a"].path(key).write_bytes(b"".join(lines[:drop] + lines[drop + 1 :]))
+        self._expect_refused(key, data, {"b": {"diverged"}, "c": {"diverged"},
+                                         "a": {"diverged", "reset"}})
+
+    def truncate(self) -> None:
+        key, data = self._diverging_key()
+        with self.daemons["a"].path(key).open("r+b") as f:
+            f.truncate(self.rng.randrange(len(data) // 2))
+        self._expect_refused(key, data, {"a": {"reset"}})
+
+    def delete_recreate(self) -> None:
+        key, data = self._diverging_key()
+        path = self.daemons["a"].path(key)
+        path.unlink()
+        path.write_bytes(ishiki_lines(2))
+        self._expect_refused(key, data, {"a": {"reset"}})
+
+
+def _content(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return b""
+
+
+def _common_prefix(a: bytes, b: bytes) -> int:
+    n = min(len(a), len(b))
+    lo, hi = 0, n
+    while lo < hi:  # the longest m with a[:m] == b[:m]
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def run(root: Path, faults: int, seed: int, check_every: int = 5, big_line: int = 2 << 20,
+        log: Callable[[str], None] = print) -> Summary:
+    return Chaos(root, seed, big_line).run(faults, check_every, log)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--faults", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=int(time.time()))
+    parser.add_argument("--check-every", type=int, default=5)
+    parser.add_argument("--big-line-mb", type=int, default=20)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="syncd-chaos-") as tmp:
+        try:
+            summary = run(Path(tmp), args.faults, args.seed, args.check_every,
+                          args.big_line_mb << 20)
+        except Exception:
+            print(f"chaos FAILED with seed {args.seed}; logs were in {tmp}", file=sys.stderr)
+            raise
+    print(summary.table())
+    sys.exit(0 if summary.bytes_lost == summary.bytes_changed == 0
+             and summary.refused == summary.refusals_expected else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,19 @@
+"""The quick mode of the chaos suite (the long mode: python -m tests.chaos --faults 200)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tests.chaos import MAIN_FAULTS, run
+
+
+def test_quick_chaos_loses_and_changes_nothing(tmp_path: Path) -> None:
+    seed = int(os.environ.get("CHAOS_SEED", "20261130"))
+    summary = run(tmp_path, faults=int(os.environ.get("CHAOS_FAULTS", "40")), seed=seed,
+                  check_every=5, big_line=2 << 20, log=lambda line: None)
+    print(summary.table())
+    assert summary.bytes_lost == 0 and summary.bytes_changed == 0, summary.table()
+    assert summary.refused == summary.refusals_expected, summary.table()
+    assert summary.copies_checked >= 16
+    assert len(set(summary.injected) & set(MAIN_FAULTS)) >= 5  # a real mix of faults
