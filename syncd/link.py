@@ -121,10 +121,15 @@ class Link:
                 self._client = None
                 attempts += 1
                 reason = str(e) or type(e).__name__
-                if failing_since is None:
+                if failing_since is None and _refused_credentials(reason):
+                    failing_since = reason
+                    log.error("broker %s refused our credentials (%s): check [mqtt] username "
+                              "and password_file, and the broker's password file and ACL; "
+                              "retrying with backoff", self.broker, reason)
+                elif failing_since is None:
                     failing_since = reason
                     log.warning("broker %s unreachable or lost (%s); retrying with backoff "
-                                "(%.1fs..%.0fs)", self.broker, reason, m.reconnect_min,
+                                "(%.3gs..%.3gs)", self.broker, reason, m.reconnect_min,
                                 m.reconnect_max)
                 elif reason != failing_since:
                     failing_since = reason
@@ -169,3 +174,8 @@ class Link:
                     self._seal(self._presence_topic, frames.Presence(False), None),
                     qos=1, retain=True, timeout=2,
                 )
+
+
+def _refused_credentials(reason: str) -> bool:
+    text = reason.lower()
+    return any(w in text for w in ("not authori", "bad user name or password", "bad username"))
