@@ -18,7 +18,8 @@ from prometheus_client.registry import Collector
 if TYPE_CHECKING:
     from syncd.node import Node
 
-STATES = ("in_sync", "ahead", "behind", "alone", "verifying", "diverged", "reset")
+STATES = ("in_sync", "ahead", "behind", "alone", "verifying", "diverged", "reset", "paused",
+          "error")
 _COUNTERS = {
     "shipped": "this host's own new bytes sent live",
     "applied": "bytes received from peers and appended here",
@@ -59,7 +60,8 @@ def families(status: Status) -> list[Metric]:
     }
     files = status["files"]
     states = [f["state"] for f in files]
-    for state in STATES:
+    # Every known state, even at 0 (alerts need the series), and any newer one as it appears.
+    for state in [*STATES, *sorted(set(states) - set(STATES))]:
         by_state.add_metric([state], states.count(state))
     diverged.add_metric([], states.count("diverged") + states.count("reset"))
     for f in files:

@@ -55,6 +55,7 @@ class Node:
         self.replicas: dict[tuple[str, str], Replica] = {}
         self.presence: dict[str, bool] = {}
         self.rejected = 0
+        self._refused_keys: set[str] = set()
         self._last_reject_log = 0.0
         self._prefix = config.mqtt.topic_prefix
         self.secret = b""  # read in check_dirs(), before anything is sent or accepted
@@ -214,7 +215,14 @@ class Node:
         if r is None:
             if not self.config.wants_key(key) or file not in self.config.files_of(key):
                 return None
-            r = Replica(self, key, file, self.config.runtimes_dir / key / file)
+            folder = self.config.runtimes_dir / key
+            if folder.is_symlink():
+                # A key must be a directory of its own under runtimes_dir, not a way out of it.
+                if key not in self._refused_keys:
+                    self._refused_keys.add(key)
+                    log.error("%s is a symbolic link; key %s is not replicated", folder, key)
+                return None
+            r = Replica(self, key, file, folder / file)
             self.replicas[(key, file)] = r
             r.start()
         return r

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from syncd import store
 from syncd.ledger import Ledger
 
 if TYPE_CHECKING:
@@ -23,8 +23,7 @@ STEP = 1 << 20
 
 
 def _read(path: Path, offset: int, n: int) -> bytes:
-    with path.open("rb", buffering=0) as f:
-        return os.pread(f.fileno(), n, offset)
+    return store.read_range(path, offset, offset + n)
 
 
 async def scrub_file(path: Path, ledger: Ledger, rate: int) -> bool:

@@ -28,9 +28,24 @@ class Stat:
         return (self.dev, self.ino)
 
 
+class _Reader:
+    """A read-only descriptor that never follows a symbolic link in the last component: a
+    replicated file that is a link (to /etc/shadow, say) is refused, not shipped."""
+
+    def __init__(self, path: Path) -> None:
+        self.fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+
+    def __enter__(self) -> int:
+        return self.fd
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)
+
+
 def stat(path: Path) -> Stat | None:
+    """The file's stat; a symbolic link is not followed (and so is refused when opened)."""
     try:
-        st = os.stat(path)
+        st = os.lstat(path)
     except FileNotFoundError:
         return None
     return Stat(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
@@ -40,8 +55,8 @@ def read_range(path: Path, start: int, end: int) -> bytes:
     """Bytes [start, end) of the file; shorter if the file is shorter."""
     if end <= start:
         return b""
-    with path.open("rb", buffering=0) as f:
-        return os.pread(f.fileno(), end - start, start)
+    with _Reader(path) as fd:
+        return os.pread(fd, end - start, start)
 
 
 def last_line_end(path: Path, start: int, end: int) -> int:
@@ -49,11 +64,11 @@ def last_line_end(path: Path, start: int, end: int) -> int:
 
     Searches backwards so that a large backlog costs one read in the common case.
     """
-    with path.open("rb", buffering=0) as f:
+    with _Reader(path) as fd:
         hi = end
         while hi > start:
             lo = max(start, hi - READ_CHUNK)
-            chunk = os.pread(f.fileno(), hi - lo, lo)
+            chunk = os.pread(fd, hi - lo, lo)
             i = chunk.rfind(b"\n")
             if i >= 0:
                 return lo + i + 1
@@ -74,7 +89,8 @@ def append(path: Path, offset: int, data: bytes, durable: bool = True) -> Stat:
     """
     # The umask decides the mode: under the systemd unit (UMask=0007) a copy created here is
     # group-writable, so the bot's user can take it over after a failover.
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o666)
     try:
         before = os.fstat(fd).st_size
         if before != offset:
@@ -109,7 +125,7 @@ def _undo_partial_append(fd: int, offset: int, written: int) -> None:
 def sync(path: Path) -> None:
     """fsync a file we only read (the local writer's bytes) before announcing them."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
         return
     try:
@@ -129,13 +145,13 @@ def sync_dir(path: Path) -> None:
 def hash_file(path: Path, limit: int | None = None, whole_lines: bool = True) -> Ledger:
     """A ledger of the file's bytes up to `limit` (or its end); by default only whole lines."""
     ledger = Ledger()
-    end = os.stat(path).st_size if limit is None else limit
+    end = os.lstat(path).st_size if limit is None else limit
     if whole_lines:
         end = last_line_end(path, 0, end)
-    with path.open("rb", buffering=0) as f:
+    with _Reader(path) as fd:
         pos = 0
         while pos < end:
-            chunk = os.pread(f.fileno(), min(READ_CHUNK, end - pos), pos)
+            chunk = os.pread(fd, min(READ_CHUNK, end - pos), pos)
             if not chunk:
                 break
             ledger.extend(chunk)
@@ -155,10 +171,10 @@ def partial_block(path: Path, offset: int) -> bytes:
 def line_number(path: Path, offset: int) -> int:
     """1-based number of the line that holds byte `offset`."""
     count = 0
-    with path.open("rb", buffering=0) as f:
+    with _Reader(path) as fd:
         pos = 0
         while pos < offset:
-            chunk = os.pread(f.fileno(), min(READ_CHUNK, offset - pos), pos)
+            chunk = os.pread(fd, min(READ_CHUNK, offset - pos), pos)
             if not chunk:
                 break
             count += chunk.count(b"\n")

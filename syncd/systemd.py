@@ -89,7 +89,7 @@ def summary(status: Mapping[str, Any]) -> str:
     states = [f["state"] for f in status["files"]]
     parts = [_count(len(states), "file"), f"{states.count('diverged')} diverged",
              f"{states.count('behind')} behind"]
-    for rare in ("reset", "verifying"):
+    for rare in ("reset", "paused", "error", "verifying"):
         if rare in states:
             parts.append(f"{states.count(rare)} {rare}")
     parts.append("broker connected" if status["connected"]

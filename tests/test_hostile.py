@@ -183,3 +183,25 @@ def test_refuses_to_start_with_a_secret_readable_by_others(
     assert "readable or writable by others (mode 0644); run: chmod 600" in log
     assert d.secret.read_text().strip() not in log  # never printed
     os.chmod(d.secret, 0o600)
+
+
+def test_symbolic_links_never_lead_out_of_runtimes_dir(
+    broker: Broker, make_daemon: Callable[..., Daemon], tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    secret = outside / "events.jsonl"
+    secret.write_bytes(b'{"private":"do not ship"}\n')
+    a, b = (make_daemon(n, broker) for n in "ab")
+    (a.runtimes / "linked-key").symlink_to(outside)  # a key directory that is a link
+    (b.runtimes / "linked-key").symlink_to(outside)
+    a.path("linked-file").parent.mkdir()
+    a.path("linked-file").symlink_to(secret)  # a file that is a link
+    append(a.path(KEY), ishiki_lines(3))
+    wait_equal(content(a.path(KEY)), b)
+    wait_until(lambda: "linked-key is not replicated" in a.read_log(), 10, "the refusal")
+    wait_until(lambda: a.file_status("linked-file").get("state") == "error", 10,
+               "the linked file to be refused")
+    assert not b.path("linked-file").exists()
+    assert secret.read_bytes() == b'{"private":"do not ship"}\n'
+    assert "linked-key" not in {f["key"] for f in b.status()["files"]}

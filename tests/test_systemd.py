@@ -76,9 +76,10 @@ def test_notifier_outside_systemd_and_watchdog_meant_for_another_process() -> No
 
 
 def test_status_line() -> None:
-    files = [{"state": s} for s in ("in_sync", "in_sync", "behind", "diverged", "reset")]
+    files = [{"state": s} for s in ("in_sync", "in_sync", "behind", "diverged", "reset",
+                                     "paused")]
     assert summary({"files": files, "connected": True, "broker": "b:1883"}) == (
-        "5 files, 1 diverged, 1 behind, 1 reset, broker connected")
+        "6 files, 1 diverged, 1 behind, 1 reset, 1 paused, broker connected")
     assert summary({"files": files[:1], "connected": False, "broker": "b:1883"}) == (
         "1 file, 0 diverged, 0 behind, broker b:1883 DISCONNECTED")
 

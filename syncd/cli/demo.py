@@ -6,6 +6,7 @@ Exit status: 0 the copies are identical, 1 they are not, 2 the demo could not ru
 from __future__ import annotations
 
 import asyncio
+import shutil
 import sys
 import tempfile
 import time
@@ -33,10 +34,12 @@ class LiveLine:
             writer = next(c for c in copies if c.key == key and c.writer)
             others = ", ".join(f"{c.node} lag {writer.size - c.size} B" for c in copies
                                if c.key == key and not c.writer)
-            parts.append(f"{key} on {writer.node}: {writer.size} B ({others})")
-        line = f"  {elapsed:5.1f}s  " + "   ".join(parts)
+            parts.append(f"{key} on {writer.node} {writer.size} B, {others}")
+        line = f"  {elapsed:5.1f}s  " + " | ".join(parts)
         if self.tty:
-            click.echo(f"\r{line}\x1b[K", nl=False)
+            # Cut to the terminal's width: a wrapped line could not be redrawn in place.
+            width = shutil.get_terminal_size().columns - 1
+            click.echo(f"\r{line[:width]}\x1b[K", nl=False)
         else:
             click.echo(line)
 
