@@ -22,8 +22,11 @@ log = logging.getLogger("syncd.scrub")
 STEP = 1 << 20
 
 
-def _read(path: Path, offset: int, n: int) -> bytes:
-    return store.read_range(path, offset, offset + n)
+def _read_into(ledger: Ledger, path: Path, offset: int, n: int) -> int:
+    # Read and hash in the worker thread: the event loop keeps its millisecond latency.
+    data = store.read_range(path, offset, offset + n)
+    ledger.extend(data)
+    return len(data)
 
 
 async def scrub_file(path: Path, ledger: Ledger, rate: int) -> bool:
@@ -39,13 +42,12 @@ async def scrub_file(path: Path, ledger: Ledger, rate: int) -> bool:
     pos = 0
     while pos < size:
         t0 = loop.time()
-        data = await asyncio.to_thread(_read, path, pos, min(STEP, size - pos))
-        if not data:
+        n = await asyncio.to_thread(_read_into, fresh, path, pos, min(STEP, size - pos))
+        if not n:
             return False
-        fresh.extend(data)
-        pos += len(data)
+        pos += n
         if rate > 0:
-            await asyncio.sleep(max(0.0, len(data) / rate - (loop.time() - t0)))
+            await asyncio.sleep(max(0.0, n / rate - (loop.time() - t0)))
     return fresh.digest() == expected
 
 

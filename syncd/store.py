@@ -7,6 +7,7 @@ exhaust the limit, and a fresh open always sees the current inode).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -142,20 +143,26 @@ def sync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def chunks(path: Path, start: int, end: int) -> Iterator[bytes]:
+    """The bytes [start, end) in reads of at most READ_CHUNK (fewer if the file is shorter)."""
+    with _Reader(path) as fd:
+        pos = start
+        while pos < end:
+            chunk = os.pread(fd, min(READ_CHUNK, end - pos), pos)
+            if not chunk:
+                return
+            yield chunk
+            pos += len(chunk)
+
+
 def hash_file(path: Path, limit: int | None = None, whole_lines: bool = True) -> Ledger:
     """A ledger of the file's bytes up to `limit` (or its end); by default only whole lines."""
     ledger = Ledger()
     end = os.lstat(path).st_size if limit is None else limit
     if whole_lines:
         end = last_line_end(path, 0, end)
-    with _Reader(path) as fd:
-        pos = 0
-        while pos < end:
-            chunk = os.pread(fd, min(READ_CHUNK, end - pos), pos)
-            if not chunk:
-                break
-            ledger.extend(chunk)
-            pos += len(chunk)
+    for chunk in chunks(path, 0, end):
+        ledger.extend(chunk)
     return ledger
 
 
@@ -170,16 +177,7 @@ def partial_block(path: Path, offset: int) -> bytes:
 
 def line_number(path: Path, offset: int) -> int:
     """1-based number of the line that holds byte `offset`."""
-    count = 0
-    with _Reader(path) as fd:
-        pos = 0
-        while pos < offset:
-            chunk = os.pread(fd, min(READ_CHUNK, offset - pos), pos)
-            if not chunk:
-                break
-            count += chunk.count(b"\n")
-            pos += len(chunk)
-    return count + 1
+    return 1 + sum(chunk.count(b"\n") for chunk in chunks(path, 0, offset))
 
 
 def line_around(buf: bytes, i: int, limit: int = 160) -> str:
