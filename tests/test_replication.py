@@ -249,3 +249,22 @@ def test_large_backlog_and_a_line_longer_than_a_frame(
     long_line = b'{"id":"big","data":"' + b"z" * 50_000 + b'"}\n'
     append(a.path(KEY), long_line + ishiki_lines(2))
     wait_equal(content(a.path(KEY)), b)
+
+
+def test_scrub_finds_an_edit_that_hides_its_mtime(
+    broker: Broker, make_daemon: Callable[..., Daemon]
+) -> None:
+    a = make_daemon("a", broker, extra="scrub_interval = 1")
+    b = make_daemon("b", broker)
+    src = a.path(KEY)
+    append(src, ishiki_lines(400))  # > 64 KiB: the edit lands in a full block
+    original = src.read_bytes()
+    wait_equal(original, b)
+    st = src.stat()
+    with src.open("r+b") as f:  # same size, and the old mtime put back
+        f.seek(1000)
+        f.write(b"X" if original[1000:1001] != b"X" else b"Y")
+    os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns))
+    wait_state(b, "diverged", timeout=20)
+    assert content(b.path(KEY)) == original
+    assert "scrub" in str(a.file_status(KEY)["note"])
