@@ -34,6 +34,7 @@ from syncd.watcher import Watcher
 log = logging.getLogger("syncd.node")
 
 SOCKET_NAME = "syncd.sock"
+ADOPT_STALL_SECONDS = 60
 _EVENT_OF_KIND = {Kind.POS: "pos", Kind.LIVE: "data", Kind.FILL: "data", Kind.REQ: "req",
                   Kind.REFUSE: "refuse", Kind.PROBE: "probe", Kind.PROBED: "probed"}
 
@@ -372,8 +373,16 @@ class Node:
         for r in replicas:
             done: asyncio.Future[dict[str, object]] = asyncio.get_running_loop().create_future()
             r.deliver("adopt", source, done)
+            last, moved_at = -1, time.monotonic()
             while not done.done():
                 have, total = r.adoption_progress()
+                if have != last:
+                    last, moved_at = have, time.monotonic()
+                elif time.monotonic() - moved_at > ADOPT_STALL_SECONDS:
+                    return {"ok": False, "error": (
+                        f"{r.name}: no progress from {source} for {ADOPT_STALL_SECONDS}s "
+                        f"(at {have} of {total} bytes); the local copy is already archived and "
+                        "the fetch goes on in the background: watch syncd status")}
                 writer.write(orjson.dumps({"progress": {"file": r.name, "done": have,
                                                         "total": total}}) + b"\n")
                 await writer.drain()
