@@ -19,6 +19,7 @@ import hashlib
 import os
 import queue
 import random
+import shutil
 import sys
 import tempfile
 import threading
@@ -164,6 +165,10 @@ class Chaos:
         try:
             wait_until(lambda: all(_content(d.path(KEY)) == expected for d in replicas), 60,
                        "copies to converge")
+        except AssertionError as e:
+            states = {d.node: {k: d.file_status(KEY).get(k) for k in ("state", "size", "peers")}
+                      for d in self.daemons.values()}
+            raise AssertionError(f"{e}; source {len(expected)} bytes; {states}") from None
         finally:
             for d in replicas:
                 copy = _content(d.path(KEY))
@@ -325,13 +330,14 @@ def main() -> None:
     parser.add_argument("--check-every", type=int, default=5)
     parser.add_argument("--big-line-mb", type=int, default=20)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="syncd-chaos-") as tmp:
-        try:
-            summary = run(Path(tmp), args.faults, args.seed, args.check_every,
-                          args.big_line_mb << 20)
-        except Exception:
-            print(f"chaos FAILED with seed {args.seed}; logs were in {tmp}", file=sys.stderr)
-            raise
+    tmp = tempfile.mkdtemp(prefix="syncd-chaos-")
+    try:
+        summary = run(Path(tmp), args.faults, args.seed, args.check_every,
+                      args.big_line_mb << 20)
+    except Exception:
+        print(f"chaos FAILED with seed {args.seed}; logs kept in {tmp}", file=sys.stderr)
+        raise
+    shutil.rmtree(tmp, ignore_errors=True)
     print(summary.table())
     sys.exit(0 if summary.bytes_lost == summary.bytes_changed == 0
              and summary.refused == summary.refusals_expected else 1)
