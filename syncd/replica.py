@@ -576,6 +576,20 @@ class Replica:
                                            "that differs from ours")
             return
         st = store.stat(self.path)
+        data = d.data
+        if st is not None and st.size > ledger.size:
+            # Bytes past our end that are the very bytes this frame brings: the first pieces
+            # of a long line that we applied before a crash (a restart only trusts whole
+            # lines). They are the sender's history, so count them and append the rest.
+            have = store.read_range(self.path, ledger.size, min(st.size, d.end))
+            if have and data.startswith(have):
+                ledger.extend(have)
+                self._unsynced += len(have)
+                data = data[len(have) :]
+                if not data:
+                    self._adopt_stat(st)
+                    return
+                st = store.stat(self.path)
         if st is not None and st.size != ledger.size:
             # Bytes we have not shipped yet sit past our end: a local writer. Take them into
             # the ledger first (and announce them), so both sides see the two histories;
@@ -592,7 +606,7 @@ class Replica:
         try:
             if st is None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-            after = store.append(self.path, d.offset, d.data, durable=False)
+            after = store.append(self.path, ledger.size, data, durable=False)
         except store.ConcurrentWrite as e:
             self._freeze("diverged", f"another process wrote while applying {sender}'s bytes: "
                                      f"{e}", peer=sender, offset=d.offset)
@@ -605,9 +619,9 @@ class Replica:
         if self.paused is not None:
             log.warning("%s: writing works again; replication resumed", self.name)
             self.paused = None
-        ledger.extend(d.data)
-        self._unsynced += len(d.data)
-        self.counters["applied_bytes"] += len(d.data)
+        ledger.extend(data)
+        self._unsynced += len(data)
+        self.counters["applied_bytes"] += len(data)
         self.counters["applied_frames"] += 1
         self._adopt_stat(after)
         if self.fetch is not None and self.fetch.peer == sender:

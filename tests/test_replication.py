@@ -268,3 +268,24 @@ def test_scrub_finds_an_edit_that_hides_its_mtime(
     wait_state(b, "diverged", timeout=20)
     assert content(b.path(KEY)) == original
     assert "scrub" in str(a.file_status(KEY)["note"])
+
+
+def test_kill_9_in_the_middle_of_a_long_line_resumes_it(
+    broker: Broker, make_daemon: Callable[..., Daemon]
+) -> None:
+    small = "chunk_bytes = 4096\nfetch_window_bytes = 16384"
+    a = make_daemon("a", broker, extra=small)
+    b = make_daemon("b", broker, extra=small)
+    append(a.path(KEY), ishiki_lines(3))
+    wait_equal(content(a.path(KEY)), b)
+    start = len(content(a.path(KEY)))
+    append(a.path(KEY), b'{"id":"long","data":"' + b"y" * 3_000_000 + b'"}\n')
+    # Kill b while it holds only the first pieces of the long line (no final newline yet).
+    wait_until(lambda: start < len(content(b.path(KEY))) and not content(b.path(KEY))
+               .endswith(b"\n"), 20, "b to be in the middle of the long line", interval=0.001)
+    b.kill()
+    torn = content(b.path(KEY))
+    assert not torn.endswith(b"\n") and content(a.path(KEY)).startswith(torn)
+    b.start()
+    wait_equal(content(a.path(KEY)), b, timeout=30)
+    wait_state(b, "in_sync")
