@@ -8,9 +8,10 @@ start with identical copies, so nothing needs fetching:
    persisted positions, broker connected), A alone first, then B with A running;
    `syncd status` is then checked for files still "verifying";
 3. idle: RSS, and CPU % over a window (CPU time from /proc/<pid>/stat; 100 % = one core);
-4. load: every key appended once per second (keys spread evenly over the second), lag until
-   durable on B (its SYNCD_TRACE_FILE) and the CPU % of both daemons;
-5. optionally (--scrub S): CPU % over S seconds that hold the first background scrub pass.
+4. optionally (--scrub S): CPU % over S seconds that hold the first background scrub pass
+   (it starts scrub_interval after start);
+5. load: every key appended once per second (keys spread evenly over the second), lag until
+   durable on B (its SYNCD_TRACE_FILE) and the CPU % of both daemons.
 
     python -m bench.bench_scale [--keys 1000] [--kib 1024] [--idle 20] [--load 20] [--scrub 0]
 """
@@ -157,6 +158,17 @@ def run(root: Path, keys: int = 1000, kib: int = 1024, idle: float = 20, load: f
         for spy in spies:
             spy.wait()
 
+        if scrub > 0:
+            # The first scrub pass starts scrub_interval after start; measure a window
+            # that holds it (the idle window does not).
+            begin = restarted + SCRUB_INTERVAL - 2
+            time.sleep(max(0.0, begin - time.monotonic()))
+            r["scrub_start_s"] = time.monotonic() - restarted
+            meter.start()
+            time.sleep(scrub)
+            r["scrub_cpu"] = meter.stop()
+            r["rss_scrub"] = {n: rss_mb(p) for n, p in pids.items()}
+
         plan = []
         for _ in range(max(1, round(load))):
             for i in range(keys):
@@ -184,15 +196,6 @@ def run(root: Path, keys: int = 1000, kib: int = 1024, idle: float = 20, load: f
         r["load_lag"] = lag_stats(writes, read_trace(trace))
         r["ship_lag"] = lag_stats(writes, read_trace(shipped))
         r["rss_load"] = {n: rss_mb(p) for n, p in pids.items()}
-        if scrub > 0:
-            # The first scrub pass starts scrub_interval after start; measure a window
-            # that holds it (the idle window above does not).
-            begin = restarted + SCRUB_INTERVAL - 2
-            time.sleep(max(0.0, begin - time.monotonic()))
-            r["scrub_start_s"] = time.monotonic() - restarted
-            meter.start()
-            time.sleep(scrub)
-            r["scrub_cpu"] = meter.stop()
         return r
     finally:
         for d in (a, b):

@@ -204,10 +204,12 @@ def _process_times() -> dict[int, tuple[int, float]]:
         except OSError:
             continue
         fields = text[text.rindex(")") + 2 :].split()
-        ppid = int(fields[1])
-        if int(entry) == 2 or ppid == 2:
+        pid, ppid = int(entry), int(fields[1])
+        if pid == 2 or ppid == 2:
             continue  # kernel threads: the I/O and networking we cause land there too
-        out[int(entry)] = (ppid, sum(int(v) for v in fields[11:15]) / CLK_TCK)
+        # Children's time, except init's: it reaps orphans, whose whole life would count.
+        last = 13 if pid == 1 else 15
+        out[pid] = (ppid, sum(int(v) for v in fields[11:last]) / CLK_TCK)
     return out
 
 
@@ -243,7 +245,7 @@ class BackgroundMeter:
         ours = _descendants(self._before, me) | _descendants(after, me)
         used = sum(t - self._before.get(pid, (0, 0.0))[1]
                    for pid, (_, t) in after.items() if pid not in ours)
-        return max(0.0, 100 * used / wall)
+        return min(100.0 * (os.cpu_count() or 1), max(0.0, 100 * used / wall))
 
 
 def wait_quiet(threshold: float = 10.0, max_wait: float = 300.0) -> float:

@@ -64,9 +64,9 @@ class Config:
     fetch_window_bytes: int = 4 * 1024 * 1024
     watch: bool = True
     sweep_interval: float = 1.0
-    scrub_bytes_per_second: int = 64 * 1024 * 1024
-    scrub_interval: float = 60.0
-    persist_interval: float = 1.0
+    scrub_bytes_per_second: int = 16 * 1024 * 1024
+    scrub_interval: float = 300.0
+    persist_interval: float = 5.0
     request_timeout: float = 3.0
     metrics: MetricsConfig = MetricsConfig()
     source: Path | None = None
@@ -318,9 +318,9 @@ def parse_config(data: dict[str, Any], path: Path, text: str = "") -> Config:
                                    1 << 30),
         watch=top.flag("watch", True),
         sweep_interval=top.number("sweep_interval", 1.0, 0.05, 3600),
-        scrub_bytes_per_second=top.integer("scrub_bytes_per_second", 64 << 20, 0, 1 << 40),
-        scrub_interval=top.number("scrub_interval", 60.0, 1, 86400 * 7),
-        persist_interval=top.number("persist_interval", 1.0, 0.05, 3600),
+        scrub_bytes_per_second=top.integer("scrub_bytes_per_second", 16 << 20, 0, 1 << 40),
+        scrub_interval=top.number("scrub_interval", 300.0, 1, 86400 * 7),
+        persist_interval=top.number("persist_interval", 5.0, 0.05, 3600),
         request_timeout=top.number("request_timeout", 3.0, 0.1, 3600),
         metrics=metrics,
         source=path,

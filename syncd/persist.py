@@ -95,8 +95,13 @@ class RecordStore:
         self._chain_written[(key, file)] = len(chain)
         return record, chain
 
-    def save(self, key: str, file: str, record: FileRecord, chain: list[bytes]) -> None:
-        """Persist durably: chain first (appending what is new), then the record."""
+    def save(self, key: str, file: str, record: FileRecord, chain: list[bytes],
+             durable: bool = True) -> None:
+        """Persist: chain first (appending what is new), then the record.
+
+        Routine position updates may skip fsync (durable=False): losing one to a power cut
+        only costs a rehash of that file at the next start. Freezes are always durable.
+        """
         meta_path, chain_path = self._paths(key, file)
         meta_path.parent.mkdir(parents=True, exist_ok=True)
         written = self._chain_written.get((key, file), 0)
@@ -104,12 +109,13 @@ class RecordStore:
             written = 0
         mode = "ab" if written else "wb"
         if mode == "wb":
-            _atomic_write(chain_path, b"".join(chain))
+            _atomic_write(chain_path, b"".join(chain), durable)
         elif written < len(chain):
             with chain_path.open("ab") as f:
                 f.write(b"".join(chain[written:]))
                 f.flush()
-                os.fdatasync(f.fileno())
+                if durable:
+                    os.fdatasync(f.fileno())
         self._chain_written[(key, file)] = len(chain)
         meta = {
             "version": VERSION, "size": record.size, "digest": record.digest.hex(),
@@ -120,17 +126,18 @@ class RecordStore:
             "diverged_peers": {k: v.to_json() for k, v in record.diverged_peers.items()},
             "note": record.note,
         }
-        _atomic_write(meta_path, orjson.dumps(meta, option=orjson.OPT_INDENT_2))
+        _atomic_write(meta_path, orjson.dumps(meta, option=orjson.OPT_INDENT_2), durable)
 
     def forget_chain(self, key: str, file: str) -> None:
         """The ledger was rebuilt: the next save rewrites the chain file whole (atomically)."""
         self._chain_written.pop((key, file), None)
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def _atomic_write(path: Path, data: bytes, durable: bool = True) -> None:
     tmp = path.with_name(path.name + ".tmp")
     with tmp.open("wb") as f:
         f.write(data)
         f.flush()
-        os.fsync(f.fileno())
+        if durable:
+            os.fsync(f.fileno())
     tmp.replace(path)

@@ -27,6 +27,7 @@ log = logging.getLogger("syncd.readiness")
 
 STEP = 4 << 20
 SAVE_INTERVAL = 30.0
+FOLLOW_INTERVAL = 1.0  # seconds between two catch-ups of one file
 
 
 class IncrementalVerifier:
@@ -41,6 +42,8 @@ class IncrementalVerifier:
         self._saved_at = 0.0
         self._saved_size = -1
         self.bytes_read = 0  # since start: shows that a restart did not re-read the file
+        self._followed_at = -FOLLOW_INTERVAL
+        self._later: asyncio.TimerHandle | None = None
 
     def restore(self, limit: int) -> None:
         """Continue from the saved state if it covers no more than `limit` bytes (the ledger)."""
@@ -66,9 +69,22 @@ class IncrementalVerifier:
         self._saved_size = -1
 
     def follow(self, target: Callable[[], int]) -> None:
-        """Catch up to target() in the background (one catch-up at a time)."""
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._catch_up(target))
+        """Catch up to target() in the background: one catch-up at a time, and at most one
+        start per FOLLOW_INTERVAL, so that a busy file is read in few large steps."""
+        if self._task is not None and not self._task.done():
+            return
+        loop = asyncio.get_running_loop()
+        wait = self._followed_at + FOLLOW_INTERVAL - loop.time()
+        if wait > 0:
+            if self._later is None:
+                self._later = loop.call_later(wait, self._follow_later, target)
+            return
+        self._followed_at = loop.time()
+        self._task = loop.create_task(self._catch_up(target))
+
+    def _follow_later(self, target: Callable[[], int]) -> None:
+        self._later = None
+        self.follow(target)
 
     async def _catch_up(self, target: Callable[[], int]) -> None:
         generation = self._generation
@@ -115,6 +131,8 @@ class IncrementalVerifier:
             self._saved_at, self._saved_size = time.monotonic(), self.size
 
     async def close(self) -> None:
+        if self._later is not None:
+            self._later.cancel()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

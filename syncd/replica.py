@@ -94,7 +94,6 @@ class Adoption:
 
 Event = tuple[str, str, object]  # (what, from node, payload)
 ANNOUNCE_GAP = 0.1  # seconds between position announcements of one file
-INLINE_SYNC_BYTES = 64 * 1024  # below this, fdatasync on the event loop
 LOAD_RETRY_SECONDS = 5
 PAUSE_RETRY_SECONDS = 2.0  # how often a paused file tries to write again
 SETTLE_SECONDS = 0.2  # a file that shrank must hold still this long before it is judged
@@ -157,7 +156,10 @@ class Replica:
         await self.verifier.close()
 
     def _verify_follow(self) -> None:
-        self.verifier.follow(lambda: self.ledger.size if self.ledger is not None else 0)
+        # Not while catching up: the log checks would compete with the fetch for the GIL, and
+        # a copy that is behind is not ready anyway. The tick resumes them.
+        if self.fetch is None:
+            self.verifier.follow(lambda: self.ledger.size if self.ledger is not None else 0)
 
     @property
     def name(self) -> str:
@@ -188,6 +190,7 @@ class Replica:
         return bool(
             self.fetch is not None
             or self.paused is not None
+            or (self.ledger is not None and self.verifier.size < self.ledger.size)
             or self.adopting is not None
             or self.record_dirty
             or self.verifier.unsaved
@@ -293,11 +296,8 @@ class Replica:
         """One fdatasync for a batch of applied bytes, then (and only then) tell everyone."""
         if not self._unsynced:
             return
-        if self._unsynced <= INLINE_SYNC_BYTES:
-            # A small append syncs in well under a millisecond: cheaper than a thread hop.
-            store.sync(self.path)
-        else:
-            await asyncio.to_thread(store.sync, self.path)
+        # In a worker thread: with many busy files, fdatasync on the loop would serialise them.
+        await asyncio.to_thread(store.sync, self.path)
         self._unsynced = 0
         assert self.ledger is not None
         self.host.durable(self.key, self.file, self.ledger.size)
@@ -307,7 +307,11 @@ class Replica:
     # --- start-up: re-establish the ledger without trusting a changed file -----------------
 
     async def _load(self) -> None:
-        loaded = self.host.records.load(self.key, self.file)
+        try:
+            loaded = self.host.records.load(self.key, self.file)
+        except ValueError as e:
+            log.warning("%s: %s; rehashing the file", self.name, e)
+            loaded = None
         st = store.stat(self.path)
         if loaded is None:
             self.ledger = await asyncio.to_thread(store.hash_file, self.path) if st else Ledger()
@@ -337,7 +341,7 @@ class Replica:
                                                             rec.ctime_ns)
         if unchanged:
             partial = store.partial_block(self.path, rec.size)
-            if hashlib.sha256(partial).digest() == rec.partial:
+            if hashlib.sha256(partial).digest() == rec.partial and len(chain) > rec.size // BLOCK:
                 self.ledger = Ledger.restore(chain, rec.size, partial)
                 self._adopt_stat(st)
                 return
@@ -685,6 +689,7 @@ class Replica:
                      self.fetch.peer, self.fetch.upto)
             self.fetch = None
         self.verifier.save()
+        self._verify_follow()
         for peer, f in self.diverged.items():
             asked = self._locating.get(peer)
             if f.line is None and (asked is None or time.monotonic() - asked > 5):
@@ -974,7 +979,7 @@ class Replica:
             # Frozen before a ledger existed: keep the previous chain file as it is.
             loaded = self.host.records.load(self.key, self.file)
             chain = loaded[1] if loaded else []
-        self.host.records.save(self.key, self.file, record, chain)
+        self.host.records.save(self.key, self.file, record, chain, durable=force)
         self.record_dirty = False
         self.last_persist = now
 

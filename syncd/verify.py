@@ -30,6 +30,7 @@ nothing, so it may be called at any time.
 from __future__ import annotations
 
 import base64
+import bisect
 import hashlib
 import sys
 from array import array
@@ -153,19 +154,46 @@ def _id_digest(entry_id: str) -> int:
     return int.from_bytes(digest, "little")
 
 
-def _pack_ids(ids: set[int]) -> bytes:
-    packed = array("Q", ids)
+class _IdSet:
+    """A set of 64-bit id digests in 8 bytes each (a Python set costs ~70): a host keeps one
+    per replicated file, and thousands of files of thousands of entries add up."""
+
+    __slots__ = ("_recent", "_sorted")
+    _MERGE_AT = 1024
+
+    def __init__(self, ids: array[int] | None = None) -> None:
+        self._sorted = array("Q", sorted(ids or ()))
+        self._recent: set[int] = set()
+
+    def add(self, digest: int) -> None:
+        self._recent.add(digest)
+        if len(self._recent) >= self._MERGE_AT:
+            self._sorted = array("Q", sorted(self._sorted + array("Q", self._recent)))
+            self._recent = set()
+
+    def __contains__(self, digest: int) -> bool:
+        if digest in self._recent:
+            return True
+        i = bisect.bisect_left(self._sorted, digest)
+        return i < len(self._sorted) and self._sorted[i] == digest
+
+    def all(self) -> array[int]:
+        return self._sorted + array("Q", self._recent)
+
+
+def _pack_ids(ids: _IdSet) -> bytes:
+    packed = ids.all()
     if sys.byteorder == "big":
         packed.byteswap()  # saved little-endian, so that a state file moves between hosts
     return packed.tobytes()
 
 
-def _unpack_ids(blob: bytes) -> set[int]:
+def _unpack_ids(blob: bytes) -> _IdSet:
     packed = array("Q")
     packed.frombytes(blob)
     if sys.byteorder == "big":
         packed.byteswap()
-    return set(packed)
+    return _IdSet(packed)
 
 
 def _jq_text(value: Any) -> str:
@@ -231,7 +259,7 @@ class LogChecker:
         # turn id -> [first late line, its offset, how many late lines]
         self._late_turns: dict[str, list[int]] = {}
         self._tool_calls: dict[str, list[_CallSite]] = {}
-        self._entry_ids: set[int] = set()
+        self._entry_ids = _IdSet()
         self._anchors: list[_AnchorSite] = []
         self._recorded: list[Problem] = []
         self._recorded_counts: dict[str, int] = {}
