@@ -443,7 +443,11 @@ class Report:
                     f"MB/s** (streaming, first to last byte: {cu['streaming_mb_s']:.0f} MB/s). "
                     f"Copies compared byte for byte afterwards: "
                     f"{'identical' if cu['identical'] else 'DIFFERENT'}. CPU: "
-                    + _pair(cu["cpu"], "{:.0f} %") + "."]
+                    + _pair(cu["cpu"], "{:.0f} %") + ". Before B started, A's incremental log "
+                    "check of its file "
+                    + (f"took {cu['a_log_check_s']:.1f} s after indexing."
+                       if cu.get("a_log_check_s") is not None else
+                       "had not finished after 120 s; B started anyway, competing with it.")]
         else:
             out.append(f"failed: {self.errors.get('catch-up')}")
         out += ["", "## Scale", "",

@@ -167,7 +167,9 @@ class _IdSet:
 
     def add(self, digest: int) -> None:
         self._recent.add(digest)
-        if len(self._recent) >= self._MERGE_AT:
+        # Merge when the recent set reaches an eighth of the sorted part: O(n log n) in all,
+        # while the set (the expensive part per id) stays small.
+        if len(self._recent) >= max(self._MERGE_AT, len(self._sorted) >> 3):
             self._sorted = array("Q", sorted(self._sorted + array("Q", self._recent)))
             self._recent = set()
 
