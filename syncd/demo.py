@@ -319,12 +319,13 @@ async def _converge(root: Path, started: float, show: Callable[[float, list[Copy
 
 
 async def _settled(nodes: dict[str, NodeProcess]) -> dict[str, dict[str, Any]]:
-    """Each node's status once every file is in_sync (positions announced), or after 5 s."""
+    """Each node's status once every file is in_sync (positions announced) and ready (its log
+    checks caught up: they run at most once a second per file), or after 5 s."""
     deadline = time.monotonic() + 5
     while True:
         statuses = {n: s for n, node in nodes.items() if (s := await node.status())}
         settled = len(statuses) == len(nodes) and all(
-            f["state"] == "in_sync" for s in statuses.values() for f in s["files"])
+            f["state"] == "in_sync" and f["ready"] for s in statuses.values() for f in s["files"])
         if settled or time.monotonic() > deadline:
             return statuses
         await asyncio.sleep(0.05)
