@@ -54,6 +54,7 @@ class Host(Protocol):
     request_timeout: float
     persist_interval: float
     records: RecordStore
+    draining: int  # how many replicas are working right now
     state_dir: Path
 
     def role_of(self, key: str) -> str: ...
@@ -95,7 +96,8 @@ class Adoption:
 Event = tuple[str, str, object]  # (what, from node, payload)
 ANNOUNCE_GAP = 0.1  # seconds between position announcements of one file
 LOAD_RETRY_SECONDS = 5
-PAUSE_RETRY_SECONDS = 2.0  # how often a paused file tries to write again
+PAUSE_RETRY_SECONDS = 2.0
+INLINE_SYNC_BYTES = 64 * 1024  # how often a paused file tries to write again
 SETTLE_SECONDS = 0.2  # a file that shrank must hold still this long before it is judged
 
 
@@ -243,6 +245,7 @@ class Replica:
         while True:
             await self._wake.wait()
             self._wake.clear()
+            self.host.draining += 1
             try:
                 await self._drain()
             except asyncio.CancelledError:
@@ -253,6 +256,8 @@ class Replica:
                 log.error("%s: I/O error: %s (will retry)", self.name, e)
             except Exception:
                 log.exception("%s: unexpected error (will retry)", self.name)
+            finally:
+                self.host.draining -= 1
 
     async def _drain(self) -> None:
         while self._inbox or self._local_pending:
@@ -292,12 +297,20 @@ class Replica:
         await self._make_durable()
         self.persist()
 
+    async def _sync(self) -> None:
+        """fdatasync the file: inline when this is the only busy file and the batch is small
+        (a thread hop costs more than the sync), else in a worker thread, so that many busy
+        files sync in parallel instead of one after the other on the event loop."""
+        if self.host.draining <= 1 and self._unsynced <= INLINE_SYNC_BYTES:
+            store.sync(self.path)
+        else:
+            await asyncio.to_thread(store.sync, self.path)
+
     async def _make_durable(self) -> None:
         """One fdatasync for a batch of applied bytes, then (and only then) tell everyone."""
         if not self._unsynced:
             return
-        # In a worker thread: with many busy files, fdatasync on the loop would serialise them.
-        await asyncio.to_thread(store.sync, self.path)
+        await self._sync()
         self._unsynced = 0
         assert self.ledger is not None
         self.host.durable(self.key, self.file, self.ledger.size)
@@ -481,6 +494,8 @@ class Replica:
             self.counters["shipped_frames"] += 1
         if pos == start:
             return
+        # Always in a thread here: the frames just queued go out on the next loop turn, which an
+        # inline sync would hold back.
         await asyncio.to_thread(store.sync, self.path)
         self.host.durable(self.key, self.file, ledger.size)
         self._after_growth()
