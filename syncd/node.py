@@ -58,6 +58,7 @@ class Node:
         self.presence: dict[str, bool] = {}
         self.rejected = 0
         self._refused_keys: set[str] = set()
+        self._listed_mtime: int | None = None
         self._last_reject_log = 0.0
         self._prefix = config.mqtt.topic_prefix
         self.secret = b""  # read in check_dirs(), before anything is sent or accepted
@@ -197,7 +198,7 @@ class Node:
                 r.role = config.role_of(key)
                 r.deliver("tick", "", None)
         before = len(self.replicas)
-        self._discover()
+        self._discover(force=True)
         log.info("reload: configuration applied (%d files, %d new)", len(self.replicas),
                  len(self.replicas) - before)
 
@@ -229,7 +230,16 @@ class Node:
             r.start()
         return r
 
-    def _discover(self) -> None:
+    def _discover(self, force: bool = False) -> None:
+        # A new key directory changes the runtimes directory's mtime: skip the listing when
+        # it has not (the sweep calls this every second).
+        try:
+            mtime = self.config.runtimes_dir.stat().st_mtime_ns
+        except OSError:
+            mtime = None
+        if not force and mtime is not None and mtime == self._listed_mtime:
+            return
+        self._listed_mtime = mtime
         try:
             entries = list(os.scandir(self.config.runtimes_dir))
         except OSError as e:

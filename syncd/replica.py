@@ -94,7 +94,7 @@ class Adoption:
 
 
 Event = tuple[str, str, object]  # (what, from node, payload)
-ANNOUNCE_GAP = 0.1  # seconds between position announcements of one file
+ANNOUNCE_GAP = 0.5  # seconds between position announcements of one file
 LOAD_RETRY_SECONDS = 5
 PAUSE_RETRY_SECONDS = 2.0
 INLINE_SYNC_BYTES = 64 * 1024  # how often a paused file tries to write again
@@ -643,6 +643,11 @@ class Replica:
         self.counters["applied_bytes"] += len(data)
         self.counters["applied_frames"] += 1
         self._adopt_stat(after)
+        # The sender held exactly these bytes: its position is known without its announcement.
+        view = self.peers.get(sender)
+        if view is not None and view.position.size < ledger.size:
+            view.position, view.verified = Position(ledger.size, ledger.digest()), True
+            view.state = PeerState.IN_SYNC
         if self.fetch is not None and self.fetch.peer == sender:
             self.fetch.deadline = time.monotonic() + self.host.request_timeout
 

@@ -13,7 +13,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.events import (
+    DirCreatedEvent,
+    DirMovedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
 from watchdog.observers import Observer
 
 Hint = Callable[[str, bool], None]  # (path, gone): gone = deleted, or moved away or over
@@ -46,7 +55,11 @@ class Watcher:
     def start(self) -> None:
         loop = asyncio.get_running_loop()
         observer = Observer()
-        observer.schedule(_Bridge(loop, self._hint), str(self._root), recursive=True)
+        # Only what can change a file's bytes or existence: our own reads open and close the
+        # files all the time, and open/close events would wake us for nothing.
+        observer.schedule(_Bridge(loop, self._hint), str(self._root), recursive=True,
+                          event_filter=[FileModifiedEvent, FileCreatedEvent, FileDeletedEvent,
+                                        FileMovedEvent, DirCreatedEvent, DirMovedEvent])
         observer.daemon = True
         observer.start()
         self._observer = observer
