@@ -24,6 +24,7 @@ from syncd import frames
 from syncd.config import Config
 from syncd.frames import FrameError, Kind
 from syncd.freshness import ReplayGuard
+from syncd.groupsync import GroupSync
 from syncd.link import Link
 from syncd.persist import RecordStore
 from syncd.replica import Replica
@@ -53,6 +54,7 @@ class Node:
         self.persist_interval = config.persist_interval
         self.state_dir = config.state_dir
         self.draining = 0
+        self.syncer = GroupSync()
         self.records = RecordStore(config.state_dir)
         self.replicas: dict[tuple[str, str], Replica] = {}
         self.presence: dict[str, bool] = {}
@@ -164,6 +166,7 @@ class Node:
                     await t
             for r in self.replicas.values():
                 await r.stop()
+            await self.syncer.close()
             with contextlib.suppress(FileNotFoundError):
                 self.socket_path.unlink()
             log.info("node %s stopped", self.node)

@@ -25,6 +25,7 @@ from typing import Protocol
 from syncd import frames, store
 from syncd.archive import archive_copy
 from syncd.frames import Announce, Data, Probe, Probed, ProbeWhat, Refuse, Request
+from syncd.groupsync import GroupSync
 from syncd.ledger import BLOCK, DIGEST_SIZE, Ledger, Position, block_start
 from syncd.persist import FileRecord, Freeze, RecordStore
 from syncd.readiness import IncrementalVerifier, readiness
@@ -55,6 +56,7 @@ class Host(Protocol):
     persist_interval: float
     records: RecordStore
     draining: int  # how many replicas are working right now
+    syncer: GroupSync
     state_dir: Path
 
     def role_of(self, key: str) -> str: ...
@@ -304,7 +306,7 @@ class Replica:
         if self.host.draining <= 1 and self._unsynced <= INLINE_SYNC_BYTES:
             store.sync(self.path)
         else:
-            await asyncio.to_thread(store.sync, self.path)
+            await self.host.syncer.sync(self.path)
 
     async def _make_durable(self) -> None:
         """One fdatasync for a batch of applied bytes, then (and only then) tell everyone."""
@@ -494,9 +496,9 @@ class Replica:
             self.counters["shipped_frames"] += 1
         if pos == start:
             return
-        # Always in a thread here: the frames just queued go out on the next loop turn, which an
+        # Never inline here: the frames just queued go out on the next loop turn, which an
         # inline sync would hold back.
-        await asyncio.to_thread(store.sync, self.path)
+        await self.host.syncer.sync(self.path)
         self.host.durable(self.key, self.file, ledger.size)
         self._after_growth()
 
