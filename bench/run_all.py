@@ -1,12 +1,14 @@
 """Run every bench, one at a time, and write bench/RESULTS.md.
 
-    python -m bench.run_all [--quick] [--profile DIR] [--out bench/RESULTS.md]
+    python -m bench.run_all [--quick] [--retries N] [--profile DIR] [--out FILE]
 
 Needs mosquitto, lsyncd and rsync (Debian: apt-get install -y mosquitto lsyncd rsync); py-spy
-only with --profile. All traffic stays on 127.0.0.1; every run is bounded in time (the full
-suite takes about five minutes on 2 cores, --quick about two). --profile attaches py-spy to
-the daemons during the measured windows and writes raw profiles to DIR: it perturbs the
-figures, so compare profiled runs only with each other.
+only with --profile. All traffic stays on 127.0.0.1 and every run is bounded in time: on a
+quiet 2-core machine the full suite takes about six minutes, --quick about two. The machine
+may be shared, so each bench waits for other processes to quieten down first and runs again
+when they took much CPU during it (--retries); RESULTS.md shows how much they took.
+--profile attaches py-spy to the daemons during the measured windows and writes raw profiles
+to DIR: that perturbs the figures, so compare profiled runs only with each other.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import hashlib
 import os
 import platform
 import re
@@ -63,6 +66,7 @@ QUICK = Plan(3, 3, (500,), 5, 20, 200, 1000, 128, 5, 5, 0, ("--mb", "50", "--run
 LAG_P50_MS, LAG_P99_MS, LSYNCD_FACTOR = 3.0, 20.0, 10.0
 QUIET_PCT, QUIET_WAIT = 10.0, 180.0  # others' CPU % that counts as quiet; longest wait, s
 DISTURBED_PCT = 25.0  # others' CPU % during a bench that makes it run again
+SCRUB_WAIT_MAX = 90.0  # wait for the first scrub pass only if it starts this soon, s
 CATCHUP_MB_S, IDLE_CPU_PCT, RSS_MB, READY_S, VERIFY_MB_S = 100.0, 1.0, 150.0, 3.0, 100.0
 
 
@@ -106,7 +110,10 @@ def versions() -> dict[str, str]:
     rev = _out(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"])
     dirty = _out(["git", "-C", str(REPO), "status", "--porcelain", "--", "syncd"])
     if dirty:
-        rev += f" + uncommitted changes in {len(dirty.splitlines())} file(s) under syncd/"
+        # A digest of the uncommitted state, so that a change during the run shows.
+        diff = _out(["git", "-C", str(REPO), "diff", "HEAD", "--", "syncd"]) + dirty
+        rev += (f" + uncommitted changes in {len(dirty.splitlines())} file(s) under syncd/ "
+                f"(diff digest {hashlib.sha256(diff.encode()).hexdigest()[:8]})")
     out = {
         "python": platform.python_version(),
         "mosquitto": found.group(0) if found else "unknown",
@@ -194,9 +201,10 @@ class Suite:
             self.step(f"lsyncd defaults {rate}", lambda d, r=rate: bench_lsyncd.lag(
                 r, p.defaults_seconds, d, "defaults", p.defaults_settle))
         self.step("catch-up", lambda d: bench_replication.catchup(p.catchup_mb, d, self.profile))
+        # Waiting for the first scrub pass is worth it only while it comes soon after start.
+        scrub = p.scrub_seconds if bench_scale.SCRUB_INTERVAL <= SCRUB_WAIT_MAX else 0
         self.step("scale", lambda d: bench_scale.run(
-            d, p.scale_keys, p.scale_kib, p.idle_seconds, p.load_seconds, self.profile,
-            p.scrub_seconds))
+            d, p.scale_keys, p.scale_kib, p.idle_seconds, p.load_seconds, self.profile, scrub))
         self.step("verify", lambda d: run_verify(p))
 
 
@@ -358,7 +366,11 @@ class Report:
              + (f", {sc['load_lag'].missing} never arrived" if sc["load_lag"].missing else "")],
             ["RSS after load", _pair(sc["rss_load"], "{:.0f} MB")],
         ]
-        if "scrub_cpu" in sc:
+        if "scrub_cpu" not in sc:
+            rows.append(["background scrub",
+                         f"not measured: its first pass starts {bench_scale.SCRUB_INTERVAL:g} s "
+                         "after start; `python -m bench.bench_scale --scrub 20` waits for it"])
+        else:
             total = sc["keys"] * sc["file_bytes"]
             rows.append([f"CPU over {self.plan.scrub_seconds:g} s from "
                          f"{sc['scrub_start_s']:.0f} s after restart (the first background "
@@ -493,7 +505,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="short smoke run (~2 min)")
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="attach py-spy to the daemons; raw profiles go to DIR")
-    parser.add_argument("--out", type=Path, default=REPO / "bench" / "RESULTS.md")
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "RESULTS.md",
+                        metavar="FILE", help="where to write the report (bench/RESULTS.md)")
     parser.add_argument("--retries", type=int, default=2, metavar="N",
                         help=f"run a bench up to N more times while other processes take "
                              f"more than {DISTURBED_PCT:g} %% CPU during it (default 2)")
@@ -508,6 +521,10 @@ def main() -> None:
         samples = config_samples(Path(tmp))
         suite = Suite(plan, Path(tmp), args.profile, args.retries)
         suite.run()
+    end_rev = versions()["syncd git rev"]
+    if end_rev != info["versions"]["syncd git rev"]:
+        # Someone changed syncd/ while the suite ran: say so next to the figures.
+        info["versions"]["syncd git rev"] += f" at the start; {end_rev} at the end"
     report = Report(suite, info, argv, samples, time.monotonic() - t0)
     args.out.write_text(report.render() + "\n")
     print(f"wrote {args.out}")
