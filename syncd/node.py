@@ -53,7 +53,7 @@ class Node:
         self.request_timeout = config.request_timeout
         self.persist_interval = config.persist_interval
         self.state_dir = config.state_dir
-        self.draining = 0
+        self.busy = 0
         self.syncer = GroupSync()
         self.records = RecordStore(config.state_dir)
         self.replicas: dict[tuple[str, str], Replica] = {}

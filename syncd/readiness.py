@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -123,10 +122,8 @@ class IncrementalVerifier:
         tmp = self.state_file.with_name(self.state_file.name + ".tmp")
         with contextlib.suppress(OSError):
             self.state_file.parent.mkdir(parents=True, exist_ok=True)
-            with tmp.open("wb") as f:
-                f.write(blob)
-                f.flush()
-                os.fsync(f.fileno())
+            # No fsync: a state lost to a power cut only means checking the file again.
+            tmp.write_bytes(blob)
             tmp.replace(self.state_file)
             self._saved_at, self._saved_size = time.monotonic(), self.size
 

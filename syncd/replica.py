@@ -55,7 +55,7 @@ class Host(Protocol):
     request_timeout: float
     persist_interval: float
     records: RecordStore
-    draining: int  # how many replicas are working right now
+    busy: int  # how many replicas have work waiting or under way
     syncer: GroupSync
     state_dir: Path
 
@@ -133,6 +133,7 @@ class Replica:
                          "shipped_frames": 0, "applied_frames": 0, "served_frames": 0}
         self._inbox: deque[Event] = deque()
         self._local_pending = False
+        self._busy = False  # counted in host.busy
         self._swept: tuple[int, int, int, int] | None = None  # stat at the last sweep
         self._replaced = False  # the watcher saw the file deleted or renamed over
         self._settle: tuple[tuple[int, int, int] | None, float] | None = None
@@ -158,6 +159,9 @@ class Replica:
             self._task = None
         self.persist(force=True)
         await self.verifier.close()
+        if self._busy:
+            self._busy = False
+            self.host.busy -= 1
 
     def _verify_follow(self) -> None:
         # Not while catching up: the log checks would compete with the fetch for the GIL, and
@@ -176,7 +180,7 @@ class Replica:
             self._replaced = True
         if not self._local_pending:
             self._local_pending = True
-            self._wake.set()
+            self._signal()
 
     def sweep(self) -> None:
         """The node's periodic safety net: look again if the file changed since the last sweep
@@ -203,6 +207,13 @@ class Replica:
 
     def deliver(self, what: str, sender: str, payload: object) -> None:
         self._inbox.append((what, sender, payload))
+        self._signal()
+
+    def _signal(self) -> None:
+        """Wake the task; count this file as busy until its work is done (see _sync)."""
+        if not self._busy:
+            self._busy = True
+            self.host.busy += 1
         self._wake.set()
 
     @property
@@ -244,10 +255,10 @@ class Replica:
         self._verify_follow()
         self.announce()
         self._local_pending = True
+        self._signal()
         while True:
             await self._wake.wait()
             self._wake.clear()
-            self.host.draining += 1
             try:
                 await self._drain()
             except asyncio.CancelledError:
@@ -259,7 +270,9 @@ class Replica:
             except Exception:
                 log.exception("%s: unexpected error (will retry)", self.name)
             finally:
-                self.host.draining -= 1
+                if self._busy and not self._wake.is_set():
+                    self._busy = False
+                    self.host.busy -= 1
 
     async def _drain(self) -> None:
         while self._inbox or self._local_pending:
@@ -303,7 +316,7 @@ class Replica:
         """fdatasync the file: inline when this is the only busy file and the batch is small
         (a thread hop costs more than the sync), else in a worker thread, so that many busy
         files sync in parallel instead of one after the other on the event loop."""
-        if self.host.draining <= 1 and self._unsynced <= INLINE_SYNC_BYTES:
+        if self.host.busy <= 1 and self._unsynced <= INLINE_SYNC_BYTES:
             store.sync(self.path)
         else:
             await self.host.syncer.sync(self.path)
