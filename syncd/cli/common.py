@@ -23,6 +23,14 @@ def config_option(f: F) -> F:
     )(f)
 
 
+def key_config_option(f: F) -> F:
+    """--config for the offline commands: optional, needed only to name a KEY, not a PATH."""
+    return click.option(
+        "--config", "config_path", type=click.Path(path_type=Path, dir_okay=False),
+        help="Config file, needed to name an instance KEY instead of a PATH.",
+    )(f)
+
+
 def load_or_exit(path: Path) -> Config:
     try:
         return load_config(path)

@@ -18,6 +18,7 @@ from typing import Any
 import click
 import orjson
 
+from syncd.cli.common import key_config_option
 from syncd.cli.verify import (
     EXIT_PROBLEMS,
     UnusableTarget,
@@ -242,12 +243,7 @@ def render_timeline(label: str, turn_id: str, timeline: Timeline) -> str:
 @click.argument("target", metavar="PATH|KEY")
 @click.option("--turn", "turn_id", required=True, metavar="TURN_ID", help="The turnId to show.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Config file, needed to name an instance KEY instead of a PATH.",
-)
+@key_config_option
 def command(target: str, turn_id: str, as_json: bool, config_path: Path | None) -> None:
     """Show one turn's timeline: line, time (UTC), entry type and a short detail.
 

@@ -12,6 +12,7 @@ from typing import NoReturn
 import click
 import orjson
 
+from syncd.cli.common import key_config_option
 from syncd.config import ConfigError, load_config
 from syncd.names import is_valid_name
 from syncd.verify import LogChecker, Problem, Report
@@ -123,12 +124,7 @@ def render_report(label: str, report: Report) -> str:
 @click.command("verify")
 @click.argument("target", metavar="PATH|KEY")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Config file, needed to name an instance KEY instead of a PATH.",
-)
+@key_config_option
 def command(target: str, as_json: bool, config_path: Path | None) -> None:
     """Check events.jsonl files: bad lines, torn tail, unfinished turns, lost tool results,
     missing compaction anchors; then count entries by type.
