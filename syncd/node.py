@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from syncd import frames
+from syncd import adoption, frames
 from syncd.config import Config
 from syncd.frames import FrameError, Kind
 from syncd.freshness import ReplayGuard
@@ -389,7 +389,7 @@ class Node:
             r.deliver("adopt", source, done)
             last, moved_at = -1, time.monotonic()
             while not done.done():
-                have, total = r.adoption_progress()
+                have, total = adoption.progress(r)
                 if have != last:
                     last, moved_at = have, time.monotonic()
                 elif time.monotonic() - moved_at > ADOPT_STALL_SECONDS:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import hashlib
 import logging
 import time
@@ -22,11 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from syncd import frames, store
-from syncd.archive import archive_copy
-from syncd.frames import Announce, Data, Probe, Probed, ProbeWhat, Refuse, Request
+from syncd import adoption, frames, locate, store
+from syncd.adoption import Adoption
+from syncd.frames import Announce, Data, Probe, Probed, Refuse, Request
 from syncd.groupsync import GroupSync
-from syncd.ledger import BLOCK, DIGEST_SIZE, Ledger, Position, block_start
+from syncd.ledger import BLOCK, Ledger, Position, block_start
 from syncd.persist import FileRecord, Freeze, RecordStore
 from syncd.readiness import IncrementalVerifier, readiness
 from syncd.reconcile import (
@@ -36,7 +35,6 @@ from syncd.reconcile import (
     choose_source,
     classify_local,
     file_state,
-    first_differing_block,
     first_differing_byte,
     judge_data,
     judge_peer,
@@ -83,16 +81,6 @@ class Fetch:
     peer: str
     upto: int
     deadline: float
-
-
-@dataclass
-class Adoption:
-    """An operator's `syncd adopt`: our copy was archived; take `peer`'s whole copy."""
-
-    peer: str
-    done: asyncio.Future[dict[str, object]]
-    archive: Path
-    stalled_since: float
 
 
 Event = tuple[str, str, object]  # (what, from node, payload)
@@ -302,13 +290,13 @@ class Replica:
                     await self._check_whole_file("scrub")
                 case "probe":
                     assert isinstance(payload, Probe)
-                    self._on_probe(sender, payload)
+                    locate.answer(self, sender, payload)
                 case "probed":
                     assert isinstance(payload, Probed)
-                    await self._on_probed(sender, payload)
+                    await locate.narrow(self, sender, payload)
                 case "adopt":
                     assert isinstance(payload, asyncio.Future)
-                    await self._adopt(sender, payload)
+                    await adoption.adopt(self, sender, payload)
         await self._make_durable()
         self.persist()
 
@@ -558,7 +546,7 @@ class Replica:
             self.peers[sender] = view
         view.frozen = a.frozen
         self._assess(sender, view)
-        self._check_adopted()
+        adoption.check_done(self)
         self._maybe_fetch()
 
     def _assess(self, sender: str, view: PeerView) -> None:
@@ -728,7 +716,7 @@ class Replica:
         for peer, f in self.diverged.items():
             asked = self._locating.get(peer)
             if f.line is None and (asked is None or time.monotonic() - asked > 5):
-                self._locate(peer)
+                locate.ask(self, peer)
         self._maybe_fetch()
 
     def _maybe_fetch(self) -> None:
@@ -768,154 +756,6 @@ class Replica:
                                force=adoption is not None), to=source)
         self.fetch = Fetch(source, start + window, time.monotonic() + self.host.request_timeout)
 
-    # --- divergence: find the first differing byte without shipping whole files -----------
-
-    def _locate(self, peer: str) -> None:
-        """Ask a diverged peer for its block digests; the answers narrow it down to a byte."""
-        if self.ledger is None or not self.host.is_online(peer):
-            return
-        self._locating[peer] = time.monotonic()
-        self.host.send(frames.Kind.PROBE, self.key, self.file,
-                       Probe(ProbeWhat.SUMS, 0, self._sums_per_frame), to=peer)
-
-    @property
-    def _sums_per_frame(self) -> int:
-        return max(1, self.host.chunk_bytes // DIGEST_SIZE)
-
-    def _on_probe(self, sender: str, p: Probe) -> None:
-        # Answered even when frozen: reading our own copy changes nothing.
-        ledger = self.ledger
-        if ledger is None:
-            return
-        if p.what is ProbeWhat.SUMS:
-            blocks = len(ledger.chain) - 1
-            start = min(p.start, blocks)
-            count = min(p.count, self._sums_per_frame, blocks - start)
-            body = b"".join(ledger.chain[start + 1 : start + 1 + count])
-        else:
-            start = min(p.start, ledger.size)
-            body = store.read_range(self.path, start,
-                                    min(ledger.size, start + min(p.count, BLOCK)))
-        self.host.send(frames.Kind.PROBED, self.key, self.file,
-                       Probed(p.what, start, ledger.size, body), to=sender)
-
-    async def _on_probed(self, sender: str, p: Probed) -> None:
-        ledger = self.ledger
-        found = self.diverged.get(sender)
-        if ledger is None or found is None or found.line is not None:
-            return
-        if p.what is ProbeWhat.SUMS:
-            theirs = [p.data[i : i + DIGEST_SIZE] for i in range(0, len(p.data), DIGEST_SIZE)]
-            block = first_differing_block(ledger.chain, theirs, p.start)
-            if block is None:
-                common = min(len(ledger.chain) - 1, p.size // BLOCK)
-                if p.start + len(theirs) < common:
-                    self.host.send(frames.Kind.PROBE, self.key, self.file,
-                                   Probe(ProbeWhat.SUMS, p.start + len(theirs),
-                                         self._sums_per_frame), to=sender)
-                    return
-                block = common  # the full blocks agree: it is in the next one
-            self.host.send(frames.Kind.PROBE, self.key, self.file,
-                           Probe(ProbeWhat.BYTES, block * BLOCK, BLOCK), to=sender)
-            return
-        # What the file holds, shipped or not: that is what the operator compares.
-        ours = store.read_range(self.path, p.start, p.start + len(p.data))
-        i = first_differing_byte(ours, p.data)
-        if i is None:
-            i = min(len(ours), len(p.data))  # one copy ends where the other goes on
-        offset = p.start + i
-        line = await asyncio.to_thread(store.line_number, self.path, offset)
-        self.diverged[sender] = dataclasses.replace(
-            found, offset=offset, line=line, ours=store.line_around(ours, i),
-            theirs=store.line_around(p.data, i))
-        log.warning("%s: copies of %s and %s first differ at byte %d (line %d)", self.name,
-                    self.host_node, sender, offset, line)
-        self.record_dirty = True
-        self.persist(force=True)
-
-    @property
-    def host_node(self) -> str:
-        return self.host.node
-
-    # --- resolution: an operator adopts a peer's copy ---------------------------------------
-
-    async def _adopt(self, source: str, done: asyncio.Future[dict[str, object]]) -> None:
-        """Archive our copy, start from nothing, and take `source`'s whole copy."""
-        if self._unsynced:
-            await self._make_durable()
-        if source == self.host.node:
-            await self._accept_local(done)
-            return
-        self._own_move_until = time.monotonic() + 5.0
-        reasons = [f.detail for f in ([self.freeze] if self.freeze else [])]
-        reasons += [f"diverged from {n}: {f.detail}" for n, f in self.diverged.items()]
-        archive = await asyncio.to_thread(
-            archive_copy, self.host.state_dir, self.host.node, self.key, self.file, self.path,
-            {"reason": "; ".join(reasons) or "operator adopted another copy",
-             "adopted_from": source},
-        )
-        log.warning("%s: operator adopts %s's copy; ours is archived at %s", self.name, source,
-                    archive)
-        self.ledger = Ledger()
-        self.freeze, self.diverged, self.note = None, {}, None
-        self._replaced = False
-        self._locating.clear()
-        self.fetch = None
-        self._adopt_stat(None)
-        for view in self.peers.values():
-            view.verified, view.probed, view.state = False, False, PeerState.AHEAD
-        self.host.records.forget_chain(self.key, self.file)
-        self.record_dirty = True
-        self.persist(force=True)
-        self.adopting = Adoption(source, done, archive, time.monotonic())
-        self.verifier.restart()
-        self.announce(now=True)
-        self._check_adopted()
-        self._maybe_fetch()
-
-    async def _accept_local(self, done: asyncio.Future[dict[str, object]]) -> None:
-        """The operator keeps this host's copy as it is now (e.g. after a deliberate clear())."""
-        st = store.stat(self.path)
-        self.ledger = await asyncio.to_thread(store.hash_file, self.path) if st else Ledger()
-        self.host.records.forget_chain(self.key, self.file)
-        self.freeze, self.diverged, self.note = None, {}, None
-        self._locating.clear()
-        self._adopt_stat(st)
-        for view in self.peers.values():
-            view.verified, view.probed = False, False
-        self.record_dirty = True
-        self.persist(force=True)
-        log.warning("%s: operator keeps the local copy (%d bytes); replication resumes from it",
-                    self.name, self.position.size)
-        self.verifier.restart()
-        self._verify_follow()
-        self.announce(now=True)
-        for sender, v in self.peers.items():
-            self._assess(sender, v)
-        done.set_result({"file": self.file, "archive": None, "size": self.position.size})
-
-    def _check_adopted(self) -> None:
-        """Done when our copy equals what the source announces (verified by digest)."""
-        a = self.adopting
-        if a is None:
-            return
-        view = self.peers.get(a.peer)
-        if view is None or view.position != self.position or self._unsynced:
-            return
-        self.adopting = None
-        log.info("%s: now identical to %s's copy (%d bytes)", self.name, a.peer,
-                 self.position.size)
-        if not a.done.done():
-            a.done.set_result({"file": self.file, "archive": str(a.archive),
-                               "size": self.position.size})
-        for sender, v in self.peers.items():
-            self._assess(sender, v)
-
-    def adoption_progress(self) -> tuple[int, int]:
-        a = self.adopting
-        view = self.peers.get(a.peer) if a else None
-        return self.position.size, view.position.size if view else 0
-
     # --- helpers ----------------------------------------------------------------------------
 
     def _position(self) -> Position:
@@ -935,7 +775,7 @@ class Replica:
         for sender, view in self.peers.items():
             self._assess(sender, view)
         self.announce()
-        self._check_adopted()
+        adoption.check_done(self)
         self._verify_follow()
 
     def announce(self, now: bool = False) -> None:
@@ -970,7 +810,7 @@ class Replica:
                   "until an operator resolves it", self.name, peer, detail)
         if self.adopting is None:
             self.fetch = None
-        self._locate(peer)
+        locate.ask(self, peer)
         self.record_dirty = True
         self.persist(force=True)
         if first:
