@@ -1,8 +1,9 @@
 """Can this host take over a key now? The log checks of `syncd verify`, kept up incrementally.
 
-Each replicated file has a checker that has seen the file's first `size` bytes. After every
-growth it reads only the bytes it has not seen (they are fresh in the page cache), in a worker
-thread so that replication never waits for it. Its state is saved in `state_dir` (at most every
+Each replicated file has a checker that has seen the file's first `size` bytes. After growth
+(at most once a second) it reads only the bytes it has not seen (fresh in the page cache) and
+parses them on the event loop in small slices, spread out in time while it keeps up with a live
+file, so that neither this daemon nor the other processes on the host wait behind a burst. Its state is saved in `state_dir` (at most every
 SAVE_INTERVAL seconds, and on shutdown) together with the size it covers, so a restart goes on
 from there instead of re-reading whole files. When the file's history is replaced (an adopted
 copy, a noticed edit) the checker starts again from byte 0.
@@ -25,6 +26,9 @@ from syncd.verify import LogChecker, Report
 log = logging.getLogger("syncd.readiness")
 
 STEP = 4 << 20
+SLICE = 16 << 10
+SPREAD = 0.002  # seconds between two slices of a live file's new bytes
+BACKLOG = 1 << 20
 SAVE_INTERVAL = 30.0
 FOLLOW_INTERVAL = 1.0  # seconds between two catch-ups of one file
 
@@ -90,15 +94,24 @@ class IncrementalVerifier:
         checker = self.checker
         while (end := target()) > self.size:
             start = self.size
-            data = await asyncio.to_thread(_read_and_feed, checker, self.path, start,
+            data = await asyncio.to_thread(store.read_range, self.path, start,
                                            min(end, start + STEP))
-            if generation != self._generation:
-                return  # restarted meanwhile; the new history gets its own catch-up
             if not data:
                 break
-            self.size = start + data
-            self.bytes_read += data
-            self._report = None
+            # Parse on the event loop, a slice at a time, yielding in between: parsed in a
+            # worker thread, the whole chunk held the GIL for milliseconds while frames waited
+            # (it set the lag's 99th percentile); a slice costs ~0.2 ms.
+            for at in range(0, len(data), SLICE):
+                if generation != self._generation:
+                    return  # restarted meanwhile; the new history gets its own catch-up
+                piece = data[at : at + SLICE]
+                checker.feed(piece)
+                self.size += len(piece)
+                self.bytes_read += len(piece)
+                self._report = None
+                # Keeping up with a live file, spread the slices out (no burst of parsing
+                # for the other processes on the host to wait behind); a backlog goes at once.
+                await asyncio.sleep(SPREAD if end - self.size < BACKLOG else 0)
         self.save()
 
     @property
@@ -135,12 +148,6 @@ class IncrementalVerifier:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         self.save(force=True)
-
-
-def _read_and_feed(checker: LogChecker, path: Path, start: int, end: int) -> int:
-    data = store.read_range(path, start, end)
-    checker.feed(data)
-    return len(data)
 
 
 def readiness(state: str, frozen: str | None, peers_ahead: dict[str, int],
