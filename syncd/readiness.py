@@ -3,9 +3,10 @@
 Each replicated file has a checker that has seen the file's first `size` bytes. After growth
 (at most once a second) it reads only the bytes it has not seen (fresh in the page cache) and
 parses them on the event loop in small slices, spread out in time while it keeps up with a live
-file, so that neither this daemon nor the other processes on the host wait behind a burst. Its state is saved in `state_dir` (at most every
-SAVE_INTERVAL seconds, and on shutdown) together with the size it covers, so a restart goes on
-from there instead of re-reading whole files. When the file's history is replaced (an adopted
+file, so that neither this daemon nor the other processes on the host wait behind a burst.
+Its state is saved in `state_dir` (at most every SAVE_INTERVAL seconds, and on shutdown)
+together with the size it covers, so a restart goes on from there instead of re-reading whole
+files. When the file's history is replaced (an adopted
 copy, a noticed edit) the checker starts again from byte 0.
 """
 
