@@ -34,7 +34,6 @@ class Adoption:
     peer: str
     done: asyncio.Future[dict[str, object]]
     archive: Path
-    started: float
 
 
 async def adopt(r: Replica, source: str, done: asyncio.Future[dict[str, object]]) -> None:
@@ -68,7 +67,7 @@ async def adopt(r: Replica, source: str, done: asyncio.Future[dict[str, object]]
     r.host.records.forget_chain(r.key, r.file)
     r.record_dirty = True
     r.persist(force=True)
-    r.adopting = Adoption(source, done, archive, time.monotonic())
+    r.adopting = Adoption(source, done, archive)
     r.verifier.restart()
     r.announce(now=True)
     check_done(r)
