@@ -39,6 +39,16 @@ def archived(d: Daemon) -> list[tuple[bytes, dict[str, Any]]]:
     return out
 
 
+def replicated_pair(broker: Broker, make_daemon: Callable[..., Daemon],
+                    lines: int) -> tuple[Daemon, Daemon, bytes]:
+    """Hosts a and b, with `lines` lines written on a and replicated to b."""
+    a, b = (make_daemon(n, broker) for n in "ab")
+    data = ishiki_lines(lines)
+    append(a.path(KEY), data)
+    wait_equal(data, b)
+    return a, b, data
+
+
 def test_hand_edit_on_active_host_freezes_everyone_and_adopt_resolves(
     broker: Broker, make_daemon: Callable[..., Daemon]
 ) -> None:
@@ -91,10 +101,7 @@ def first_diff(x: bytes, y: bytes) -> int:
 def test_split_brain_both_refuse_both_freeze(
     broker: Broker, make_daemon: Callable[..., Daemon]
 ) -> None:
-    a, b = (make_daemon(n, broker) for n in "ab")
-    common = ishiki_lines(10)
-    append(a.path(KEY), common)
-    wait_equal(common, b)
+    a, b, common = replicated_pair(broker, make_daemon, 10)
     # The bot runs on both hosts at once; B's syncd is paused so neither sees the other first.
     b.pause()
     ours, theirs = ishiki_lines(3), ishiki_lines(2)
@@ -121,10 +128,7 @@ def test_split_brain_both_refuse_both_freeze(
 def test_cleared_file_is_a_reset_not_a_truncation_of_the_standbys(
     broker: Broker, make_daemon: Callable[..., Daemon]
 ) -> None:
-    a, b = (make_daemon(n, broker) for n in "ab")
-    old = ishiki_lines(20)
-    append(a.path(KEY), old)
-    wait_equal(old, b)
+    a, b, old = replicated_pair(broker, make_daemon, 20)
     # clear(): the writer deletes the file and starts again from byte 0.
     a.path(KEY).unlink()
     fresh = ishiki_lines(2)
@@ -154,10 +158,7 @@ def test_cleared_file_is_a_reset_not_a_truncation_of_the_standbys(
 def test_truncated_copy_is_a_reset_and_is_not_refilled_silently(
     broker: Broker, make_daemon: Callable[..., Daemon]
 ) -> None:
-    a, b = (make_daemon(n, broker) for n in "ab")
-    old = ishiki_lines(20)
-    append(a.path(KEY), old)
-    wait_equal(old, b)
+    a, b, old = replicated_pair(broker, make_daemon, 20)
     with b.path(KEY).open("r+b") as f:
         f.truncate(100)
     found = wait_state(b, "reset")
@@ -176,10 +177,7 @@ def test_truncated_copy_is_a_reset_and_is_not_refilled_silently(
 def test_unshipped_tail_at_failover_is_refused_then_adopted(
     broker: Broker, make_daemon: Callable[..., Daemon]
 ) -> None:
-    a, b = (make_daemon(n, broker) for n in "ab")
-    shipped = ishiki_lines(15)
-    append(a.path(KEY), shipped)
-    wait_equal(shipped, b)
+    a, b, shipped = replicated_pair(broker, make_daemon, 15)
     a.kill()  # the active host dies ...
     unshipped = ishiki_lines(3)
     append(a.path(KEY), unshipped)  # ... with lines the standby never received
@@ -204,9 +202,7 @@ def test_unshipped_tail_at_failover_is_refused_then_adopted(
 def test_adopt_refuses_unknown_and_offline_nodes(
     broker: Broker, make_daemon: Callable[..., Daemon]
 ) -> None:
-    a, b = (make_daemon(n, broker) for n in "ab")
-    append(a.path(KEY), ishiki_lines(3))
-    wait_equal(content(a.path(KEY)), b)
+    a, b, _ = replicated_pair(broker, make_daemon, 3)
     unknown = adopt(b, "nosuch")
     assert unknown.returncode == 1 and "unknown node 'nosuch'" in unknown.stderr
     a.stop()
@@ -235,9 +231,7 @@ def test_roles_source_never_takes_and_replica_never_ships(
 def test_role_change_takes_effect_on_reload(
     broker: Broker, make_daemon: Callable[..., Daemon]
 ) -> None:
-    a, b = (make_daemon(n, broker) for n in "ab")
-    append(a.path(KEY), ishiki_lines(3))
-    wait_equal(content(a.path(KEY)), b)
+    _, b, _ = replicated_pair(broker, make_daemon, 3)
     good = b.config.read_text()
     b.config.write_text(good + "\n[mqtt.oops]\n")  # invalid: the running config stays
     b.reload()
