@@ -143,6 +143,7 @@ class Announce:
     size: int
     digest: bytes
     frozen: str | None = None
+    answers: int = 0  # the `ask` of an adopting peer's request this announcement answers
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +172,7 @@ class Request:
     start: int
     length: int
     force: bool = False
+    ask: int = 0  # with force: echoed in the position announced in reply (Announce.answers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,14 +229,18 @@ def encode(payload: Payload, stamp: Stamp, secret: bytes, topic: str) -> bytes:
     match payload:
         case Presence(online):
             header = {"online": online}
-        case Announce(size, digest, frozen):
+        case Announce(size, digest, frozen, answers):
             header = {"size": size, "digest": digest.hex(), "frozen": frozen}
+            if answers:
+                header["answers"] = answers
         case Data(offset, base, data):
             header = {"offset": offset, "base": base.hex()}
             body = data
-        case Request(have, digest, start, length, force):
+        case Request(have, digest, start, length, force, ask):
             header = {"have": have, "digest": digest.hex(), "start": start, "length": length,
                       "force": force}
+            if ask:
+                header["ask"] = ask
         case Refuse(offset, digest):
             header = {"offset": offset, "digest": digest.hex()}
         case Probe(what, start, count):
@@ -289,7 +295,8 @@ def _payload(kind: Kind, header: dict[str, Any], body: bytes, max_data: int) -> 
             frozen = header.get("frozen")
             if frozen is not None and (not isinstance(frozen, str) or len(frozen) > 200):
                 raise FrameError("field 'frozen' must be a short string or null")
-            return Announce(_count(header, "size"), _digest(header, "digest"), frozen)
+            return Announce(_count(header, "size"), _digest(header, "digest"), frozen,
+                            _count(header, "answers", 0))
         case Kind.LIVE | Kind.FILL:
             if not body:
                 raise FrameError("data frame without data")
@@ -306,6 +313,7 @@ def _payload(kind: Kind, header: dict[str, Any], body: bytes, max_data: int) -> 
                 _count(header, "start"),
                 _count(header, "length"),
                 force,
+                _count(header, "ask", 0),
             )
         case Kind.PROBE:
             return Probe(_what(header), _count(header, "start"), _count(header, "count"))
@@ -318,8 +326,8 @@ def _payload(kind: Kind, header: dict[str, Any], body: bytes, max_data: int) -> 
     raise FrameError(f"unhandled kind {kind}")  # pragma: no cover
 
 
-def _count(header: dict[str, Any], name: str) -> int:
-    value = header.get(name)
+def _count(header: dict[str, Any], name: str, default: int | None = None) -> int:
+    value = header.get(name, default)
     # bool is an int in Python; reject it explicitly.
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**63:
         raise FrameError(f"field {name!r} must be a non-negative integer")

@@ -93,6 +93,47 @@ class Ledger:
         """The bytes after the last full block (fewer than BLOCK)."""
         return bytes(self._tail)
 
+    def recheck_start(self) -> int:
+        """Where the bytes re-read before vouching for our end begin.
+
+        Normally the partial block below the end (kept here, so the check is a comparison).
+        When the end lies exactly on a block boundary the partial block is empty and would
+        check nothing, so the last full block is re-read instead and checked against its chain
+        value: an edit just below the end must never ship under a stale digest.
+        """
+        if self._size % BLOCK or self._size == 0:
+            return block_start(self._size)
+        return self._size - BLOCK
+
+    def matches_end(self, data: bytes) -> bool:
+        """Whether `data`, the bytes [recheck_start(), size) as read now, are what we recorded."""
+        if self._size % BLOCK or self._size == 0:
+            return data == self._tail
+        if len(data) != BLOCK:
+            return False
+        block = hashlib.sha256(data).digest()
+        return hashlib.sha256(self._chain[-2] + block).digest() == self._chain[-1]
+
+    def digest_known(self, offset: int) -> bytes | None:
+        """Digest of the prefix of length `offset` if it can be told without reading the file:
+        at the end, on a block boundary, or inside the partial block we keep."""
+        if not 0 <= offset <= self._size:
+            return None
+        if offset == self._size:
+            return self.digest()
+        start = block_start(offset)
+        if offset == start:
+            return self.digest_at(offset, b"")
+        if start == block_start(self._size):
+            return self.digest_at(offset, bytes(self._tail[: offset - start]))
+        return None
+
+    def digest_with(self, extra: bytes) -> bytes:
+        """Digest of our prefix followed by `extra` (bytes that are not ours to record)."""
+        other = Ledger.restore(list(self._chain), self._size, bytes(self._tail))
+        other.extend(extra)
+        return other.digest()
+
     def is_prefix_of_ours(self, other: Ledger) -> bool | None:
         """Whether `other` (a copy no longer than ours) is a prefix of ours.
 

@@ -20,12 +20,23 @@ from typing import Any
 
 import orjson
 
-from syncd import adoption, frames
+from syncd import frames
 from syncd.config import Config
 from syncd.frames import FrameError, Kind
 from syncd.freshness import ReplayGuard
 from syncd.groupsync import GroupSync
 from syncd.link import Link
+from syncd.machine import (
+    Event,
+    PeerData,
+    PeerOnline,
+    PeerPos,
+    PeerProbe,
+    PeerProbed,
+    PeerRefuse,
+    PeerRequest,
+    Tuning,
+)
 from syncd.persist import RecordStore
 from syncd.replica import Replica
 from syncd.scrub import scrub_forever
@@ -36,8 +47,24 @@ log = logging.getLogger("syncd.node")
 
 SOCKET_NAME = "syncd.sock"
 ADOPT_STALL_SECONDS = 60
-_EVENT_OF_KIND = {Kind.POS: "pos", Kind.LIVE: "data", Kind.FILL: "data", Kind.REQ: "req",
-                  Kind.REFUSE: "refuse", Kind.PROBE: "probe", Kind.PROBED: "probed"}
+
+
+def _event(kind: Kind, sender: str, body: frames.Payload) -> Event | None:
+    """The machine event a peer's frame is (None for a body that does not fit its kind)."""
+    match kind, body:
+        case Kind.POS, frames.Announce():
+            return PeerPos(sender, body)
+        case (Kind.LIVE | Kind.FILL), frames.Data():
+            return PeerData(sender, body)
+        case Kind.REQ, frames.Request():
+            return PeerRequest(sender, body)
+        case Kind.REFUSE, frames.Refuse():
+            return PeerRefuse(sender, body)
+        case Kind.PROBE, frames.Probe():
+            return PeerProbe(sender, body)
+        case Kind.PROBED, frames.Probed():
+            return PeerProbed(sender, body)
+    return None
 
 
 class StartupError(Exception):
@@ -88,6 +115,11 @@ class Node:
 
     def role_of(self, key: str) -> str:
         return self.config.role_of(key)
+
+    def tuning(self) -> Tuning:
+        return Tuning(chunk_bytes=self.chunk_bytes, fetch_window=self.fetch_window,
+                      request_timeout=self.request_timeout,
+                      persist_interval=self.persist_interval)
 
     def is_online(self, node: str) -> bool:
         return self.presence.get(node, False)
@@ -196,10 +228,12 @@ class Node:
                 await r.stop()
                 del self.replicas[(key, file)]
                 log.info("reload: %s is no longer replicated", r.name)
-            elif r.role != config.role_of(key):
-                log.info("reload: %s role %s -> %s", r.name, r.role, config.role_of(key))
-                r.role = config.role_of(key)
-                r.deliver("tick", "", None)
+            else:
+                r.machine.tuning = self.tuning()
+                if r.machine.role != config.role_of(key):
+                    log.info("reload: %s role %s -> %s", r.name, r.machine.role,
+                             config.role_of(key))
+                    r.set_role(config.role_of(key))
         before = len(self.replicas)
         self._discover(force=True)
         log.info("reload: configuration applied (%d files, %d new)", len(self.replicas),
@@ -284,9 +318,7 @@ class Node:
 
     async def _on_connected(self) -> None:
         for r in self.replicas.values():
-            if not r.verifying:
-                r.deliver("tick", "", None)
-                r.announce(now=True)
+            r.reconnected()
 
     def _on_message(self, topic: str, payload: bytes) -> None:
         try:
@@ -309,11 +341,12 @@ class Node:
             if was != body.online:
                 log.info("peer %s is %s", t.sender, "online" if body.online else "offline")
                 for each in self.replicas.values():
-                    each.deliver("tick", "", None)
+                    each.deliver(PeerOnline(t.sender, body.online))
             return
-        replica = self._replica(t.key, t.file)
-        if replica is not None:
-            replica.deliver(_EVENT_OF_KIND[t.kind], t.sender, body)
+        event = _event(t.kind, t.sender, body)
+        replica = self._replica(t.key, t.file) if event is not None else None
+        if replica is not None and event is not None:
+            replica.deliver(event)
 
     def _reject(self, topic: str, reason: str) -> None:
         self.rejected += 1
@@ -381,15 +414,15 @@ class Node:
                     if (r := self._replica(key, f)) is not None]
         for r in replicas:
             await r.loaded.wait()
-            if source != self.node and source not in r.peers:
+            if source != self.node and source not in r.machine.peers:
                 return {"ok": False, "error": f"{source} has announced no copy of {r.name}"}
         results = []
         for r in replicas:
             done: asyncio.Future[dict[str, object]] = asyncio.get_running_loop().create_future()
-            r.deliver("adopt", source, done)
+            r.adopt(source, done)
             last, moved_at = -1, time.monotonic()
             while not done.done():
-                have, total = adoption.progress(r)
+                have, total = r.machine.adoption_progress()
                 if have != last:
                     last, moved_at = have, time.monotonic()
                 elif time.monotonic() - moved_at > ADOPT_STALL_SECONDS:

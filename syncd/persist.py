@@ -55,6 +55,11 @@ class FileRecord:
     freeze: Freeze | None = None
     diverged_peers: dict[str, Freeze] = field(default_factory=dict)
     note: str | None = None  # the last local edit noticed, for the operator
+    # A peer's bytes we are appending that do not end a line (a piece of a long line):
+    # (peer, start, end). Written durably before the append, so that after a crash the
+    # bytes [start, end) past our recorded size are known to be that peer's, not a local
+    # writer's torn line.
+    intent: tuple[str, int, int] | None = None
 
 
 class RecordStore:
@@ -91,6 +96,7 @@ class RecordStore:
             freeze=freeze(meta.get("freeze")),
             diverged_peers={k: Freeze(**v) for k, v in meta.get("diverged_peers", {}).items()},
             note=meta.get("note"),
+            intent=_intent(meta.get("intent")),
         )
         self._chain_written[(key, file)] = len(chain)
         return record, chain
@@ -125,12 +131,20 @@ class RecordStore:
             "freeze": record.freeze.to_json() if record.freeze else None,
             "diverged_peers": {k: v.to_json() for k, v in record.diverged_peers.items()},
             "note": record.note,
+            "intent": list(record.intent) if record.intent else None,
         }
         _atomic_write(meta_path, orjson.dumps(meta, option=orjson.OPT_INDENT_2), durable)
 
     def forget_chain(self, key: str, file: str) -> None:
         """The ledger was rebuilt: the next save rewrites the chain file whole (atomically)."""
         self._chain_written.pop((key, file), None)
+
+
+def _intent(value: Any) -> tuple[str, int, int] | None:
+    if (isinstance(value, list) and len(value) == 3 and isinstance(value[0], str)
+            and all(isinstance(v, int) for v in value[1:])):
+        return (value[0], value[1], value[2])
+    return None
 
 
 def _atomic_write(path: Path, data: bytes, durable: bool = True) -> None:

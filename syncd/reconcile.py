@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from syncd.ledger import Position
+from syncd.ledger import BLOCK, Position, block_start
 
 
 class Verdict(Enum):
@@ -92,46 +92,57 @@ def choose_source(local_size: int, peers: dict[str, tuple[int, bool]]) -> str | 
 
 
 class LocalChange(Enum):
-    """What a stat of the local file says happened since we last looked."""
+    """What a fresh look at the local file says happened to the history we recorded."""
 
     NONE = "none"
-    GROWTH = "growth"  # more bytes than the ledger covers (maybe only a torn line)
-    TOUCHED = "touched"  # same size, new mtime: possibly an in-place edit, check the bytes
-    RESET = "reset"  # shorter than what we hold, deleted, or a new inode
+    GROWTH = "growth"  # more bytes than we hold (maybe only a torn line)
+    TOUCHED = "touched"  # same size, new mtime: possibly an in-place edit, check every byte
+    EDITED = "edited"  # the bytes just below our end are no longer the ones we recorded
+    SHRUNK = "shrunk"  # fewer bytes than we hold: a truncation, or an edit that shortened it
+    REPLACED = "replaced"  # deleted, or another file (inode) under the same name
 
 
-def classify_local(
-    ledger_size: int,
+def judge_local(
+    held: int,
     known_inode: tuple[int, int] | None,
     seen: tuple[int, int] | None,
     now: tuple[int, int, int, int] | None,
+    tail_intact: bool | None,
 ) -> LocalChange:
-    """Classify a fresh stat of the local file.
+    """Is the history we recorded (`held` bytes) still a prefix of the file? The one answer,
+    used for the writer's looks, before applying a peer's bytes, and at start-up.
 
-    known_inode: (dev, ino) the ledger describes, or None when no file was ever seen.
-    seen: (size, mtime_ns) at the previous look. now: (dev, ino, size, mtime_ns) or None if
-    the file is missing.
+    known_inode: (dev, ino) our ledger describes, or None when no file was ever seen.
+    seen: (size, mtime_ns) at the previous look. now: (dev, ino, size, mtime_ns), or None if
+    the file is missing. tail_intact: whether the bytes just below `held` (see
+    Ledger.recheck_start) still equal what we recorded; None when they were not read.
     """
     if now is None:
-        return LocalChange.RESET if ledger_size > 0 else LocalChange.NONE
+        return LocalChange.REPLACED if held > 0 else LocalChange.NONE
     dev, ino, size, mtime = now
-    if known_inode is not None and (dev, ino) != known_inode and ledger_size > 0:
-        return LocalChange.RESET
-    if size < ledger_size:
-        return LocalChange.RESET
-    if size > ledger_size and (seen is None or (size, mtime) != seen):
+    if known_inode is not None and (dev, ino) != known_inode and held > 0:
+        return LocalChange.REPLACED
+    if size < held:
+        return LocalChange.SHRUNK
+    if tail_intact is False:
+        return LocalChange.EDITED
+    if size > held and (seen is None or (size, mtime) != seen):
         return LocalChange.GROWTH
     if seen is not None and (size, mtime) != seen:
         return LocalChange.TOUCHED
     return LocalChange.NONE
 
 
-def file_state(frozen: str | None, verifying: bool, peers: list[PeerState]) -> str:
-    """One word for status: verifying, a freeze reason, diverged, behind, ahead, in_sync, alone."""
+def file_state(frozen: str | None, verifying: bool, peers: list[PeerState],
+               trouble: str | None = None) -> str:
+    """One word for status: verifying, a freeze reason, a trouble (paused, error), diverged,
+    behind, ahead, in_sync, alone. Never in_sync while something we need keeps failing."""
     if verifying:
         return "verifying"
     if frozen is not None:
         return frozen
+    if trouble is not None:
+        return trouble
     if PeerState.DIVERGED in peers:
         return "diverged"
     if PeerState.AHEAD in peers:
@@ -174,3 +185,19 @@ def first_differing_byte(ours: bytes, theirs: bytes) -> int | None:
         if ours[i] != theirs[i]:
             return i
     return None
+
+
+def first_change(old_chain: list[bytes], old_tail: bytes | None, old_size: int,
+                 fresh_chain: list[bytes], fresh_tail: bytes, fresh_size: int) -> int:
+    """Where two versions of a file first differ: the byte, when the old partial block is
+    known (`old_tail`) and both versions end in the same block; else the start of the first
+    differing block."""
+    n = min(len(old_chain), len(fresh_chain))
+    for i in range(1, n):
+        if old_chain[i] != fresh_chain[i]:
+            return (i - 1) * BLOCK
+    start = block_start(min(old_size, fresh_size))
+    if old_tail is not None and block_start(old_size) == block_start(fresh_size):
+        at = first_differing_byte(old_tail, fresh_tail)
+        return start + (at if at is not None else min(len(old_tail), len(fresh_tail)))
+    return start

@@ -58,8 +58,8 @@ async def scrub_forever(node: Node) -> None:
     while True:
         await asyncio.sleep(node.config.scrub_interval)
         for replica in list(node.replicas.values()):
-            ledger = replica.ledger
-            if ledger is None or replica.frozen or ledger.size == 0:
+            ledger = replica.machine.ledger
+            if ledger is None or replica.machine.frozen or ledger.size == 0:
                 continue
             try:
                 ok = await scrub_file(replica.path, ledger, rate)
@@ -67,4 +67,4 @@ async def scrub_forever(node: Node) -> None:
                 log.debug("scrub of %s skipped: %s", replica.name, e)
                 continue
             if not ok:
-                replica.deliver("scrub", "", None)
+                replica.scrub_failed()

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from syncd.errors import ConcurrentWrite, FileReplaced, FileShrank
 from syncd.ledger import BLOCK, Ledger
 
 READ_CHUNK = 1 << 20
@@ -66,19 +67,86 @@ def last_line_end(path: Path, start: int, end: int) -> int:
     Searches backwards so that a large backlog costs one read in the common case.
     """
     with _Reader(path) as fd:
-        hi = end
-        while hi > start:
-            lo = max(start, hi - READ_CHUNK)
-            chunk = os.pread(fd, hi - lo, lo)
-            i = chunk.rfind(b"\n")
-            if i >= 0:
-                return lo + i + 1
-            hi = lo
+        return _last_line_end(fd, start, end)
+
+
+def _last_line_end(fd: int, start: int, end: int) -> int:
+    hi = end
+    while hi > start:
+        lo = max(start, hi - READ_CHUNK)
+        chunk = os.pread(fd, hi - lo, lo)
+        i = chunk.rfind(b"\n")
+        if i >= 0:
+            return lo + i + 1
+        hi = lo
     return start
 
 
-class ConcurrentWrite(Exception):
-    """The file changed size under us while appending: someone else writes to it."""
+def snapshot(path: Path, ranges: tuple[tuple[int, int], ...], line_end_from: int | None
+             ) -> tuple[Stat | None, dict[tuple[int, int], bytes], int | None]:
+    """The file's stat, the bytes of each range (shorter where the file is shorter) and,
+    when asked, the end of its last whole line past `line_end_from`: all through one
+    descriptor, so that they describe one file even if the name is replaced meanwhile.
+    A missing file gives (None, {}, None); a symbolic link is refused (ELOOP)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None, {}, None
+    try:
+        st = os.fstat(fd)
+        reads = {(a, b): os.pread(fd, b - a, a) if b > a else b"" for a, b in ranges}
+        line_end = None
+        if line_end_from is not None:
+            line_end = _last_line_end(fd, line_end_from, st.st_size)
+        return Stat(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns), reads, \
+            line_end
+    finally:
+        os.close(fd)
+
+
+def append_at(path: Path, offset: int, data: bytes, inode: tuple[int, int] | None) -> Stat:
+    """Append `data` at `offset` to the file whose (dev, ino) is `inode`; with inode None,
+    create the file, which must not exist yet. Not made durable (the caller syncs once for a
+    batch). Raises FileReplaced when the name now holds another file, ConcurrentWrite when
+    the size is not `offset` before or `offset + len(data)` after, OSError otherwise (with
+    nothing partial left behind)."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+    if inode is None:
+        flags |= os.O_CREAT | os.O_EXCL
+    try:
+        # The umask decides the mode: under the systemd unit (UMask=0007) a copy created here
+        # is group-writable, so the bot's user can take it over after a failover.
+        fd = os.open(path, flags, 0o666)
+    except FileExistsError:
+        raise FileReplaced(f"{path} was created by someone else meanwhile") from None
+    except FileNotFoundError:
+        raise FileReplaced(f"{path} was removed") from None
+    try:
+        st = os.fstat(fd)
+        if inode is not None and (st.st_dev, st.st_ino) != inode:
+            raise FileReplaced(f"{path} is another file now (inode {st.st_ino})")
+        return _append_fd(fd, offset, data)
+    finally:
+        os.close(fd)
+
+
+def _append_fd(fd: int, offset: int, data: bytes) -> Stat:
+    before = os.fstat(fd).st_size
+    if before != offset:
+        raise ConcurrentWrite(f"expected {offset} bytes before appending, found {before}")
+    view = memoryview(data)
+    try:
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+    except OSError:
+        _undo_partial_append(fd, offset, len(data) - len(view))
+        raise
+    st = os.fstat(fd)
+    if st.st_size != offset + len(data):
+        raise ConcurrentWrite(f"expected {offset + len(data)} bytes after appending, "
+                              f"found {st.st_size}")
+    return Stat(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def append(path: Path, offset: int, data: bytes, durable: bool = True) -> Stat:
@@ -155,12 +223,16 @@ def chunks(path: Path, start: int, end: int) -> Iterator[bytes]:
             pos += len(chunk)
 
 
-def hash_file(path: Path, limit: int | None = None, whole_lines: bool = True) -> Ledger:
-    """A ledger of the file's bytes up to `limit` (or its end); by default only whole lines."""
+def hash_file(path: Path, limit: int | None = None, whole_lines: bool = True,
+              hold: int = 0) -> Ledger:
+    """A ledger of the file's bytes up to `limit` (or its end); by default only whole lines,
+    but never fewer than `hold` bytes (bytes already recorded as held are ours, mid-line or
+    not)."""
     ledger = Ledger()
-    end = os.lstat(path).st_size if limit is None else limit
+    size = os.lstat(path).st_size
+    end = size if limit is None else limit
     if whole_lines:
-        end = last_line_end(path, 0, end)
+        end = max(last_line_end(path, 0, end), min(hold, size))
     for chunk in chunks(path, 0, end):
         ledger.extend(chunk)
     return ledger
@@ -171,7 +243,7 @@ def partial_block(path: Path, offset: int) -> bytes:
     start = offset - offset % BLOCK
     data = read_range(path, start, offset)
     if len(data) != offset - start:
-        raise EOFError(f"{path} is shorter than {offset} bytes")
+        raise FileShrank(f"{path} is shorter than {offset} bytes")
     return data
 
 

@@ -1,0 +1,1609 @@
+"""One replicated file as a pure state machine: events in, effects out.
+
+Everything that decides anything about one copy of one file lives here: whether bytes are
+appended, shipped, served, refused; when a file freezes and why; when it is done adopting.
+This module does not know whether bytes come from the local writer or a peer beyond what the
+rule needs, and it touches no file, socket, thread or clock.
+
+Theory of operation
+-------------------
+The caller (the shell, `replica.py`, or the simulator in `tests/sim/`) runs this loop, one
+event at a time, never two at once for the same file:
+
+    plan = machine.reads_for(event)         # which bytes of the file the decision needs
+    snap = <stat + those bytes, read through one descriptor>
+    effects = machine.handle(event, snap, now, wall)
+    <carry out each effect in order; an effect with a result (Append, Sync, Rehash, Archive,
+     FindLine) is answered at once with its completion event, handled the same way>
+
+so the machine always decides on bytes read for that very decision, and nothing else happens
+to its state between an effect and its completion. `deadline()` says when it wants a Tick.
+
+State: a ledger (size and prefix digests of the history we hold), the (dev, inode) it
+describes, what every peer announced, and a mode:
+
+    LOADING     start-up: the record is checked against the file (rehashed if it changed)
+    UNREADABLE  the file cannot be read at all; a reload is tried every few seconds
+    LIVE        replicating: local growth is shipped, a peer's bytes that extend ours appended
+    FROZEN      a reset (our file was deleted, replaced or truncated) or a divergence: nothing
+                is written or sent for it; it still answers requests with refusals and probes
+    ADOPTING    an operator chose another host's copy: ours is archived, theirs is fetched
+
+    LOADING -> LIVE | FROZEN | UNREADABLE      UNREADABLE -> LOADING
+    LIVE -> FROZEN | ADOPTING                  FROZEN -> LIVE | ADOPTING
+    ADOPTING -> LIVE | FROZEN
+
+A LIVE file may also have a *trouble*: "paused" (the disk refuses our appends; retried) or
+"error" (a look at the file failed, EMFILE, EIO; retried with backoff). Either shows in
+status instead of in_sync until it clears.
+
+The rule, for local and remote bytes alike, lives in `reconcile`: bytes are appended only at
+our end and only after a prefix whose digest equals ours; `judge_local` says whether our
+recorded history is still a prefix of the file. Three predicates gate the rest:
+`may_accept(peer)`, `may_ship()`, `may_serve(force)`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from syncd import frames
+from syncd.frames import Announce, Data, Kind, Probe, Probed, ProbeWhat, Refuse, Request
+from syncd.ledger import BLOCK, DIGEST_SIZE, Ledger, Position, block_start
+from syncd.persist import FileRecord, Freeze
+from syncd.reconcile import (
+    LocalChange,
+    PeerState,
+    Verdict,
+    choose_source,
+    file_state,
+    first_change,
+    first_differing_block,
+    first_differing_byte,
+    judge_data,
+    judge_local,
+    judge_peer,
+    judge_request,
+)
+from syncd.store import Stat, line_around
+
+ANNOUNCE_GAP = 0.5  # seconds between two position announcements of one file
+PAUSE_RETRY = 2.0  # seconds before a paused file tries to write again
+RELOAD_RETRY = 5.0  # seconds before an unreadable file is tried again
+SETTLE = 0.2  # a file that shrank must hold still this long before it is judged
+LOOK_RETRY_MIN, LOOK_RETRY_MAX = 0.1, 5.0  # backoff of a failing look
+LOCATE_RETRY = 5.0  # seconds before asking a diverged peer again where we part
+OWN_REMOVAL_WINDOW = 5.0  # a deletion hint this soon after we archived is our own
+
+
+class Mode(Enum):
+    LOADING = "loading"
+    UNREADABLE = "unreadable"
+    LIVE = "live"
+    FROZEN = "frozen"
+    ADOPTING = "adopting"
+
+
+TRANSITIONS: dict[Mode, frozenset[Mode]] = {
+    Mode.LOADING: frozenset({Mode.LIVE, Mode.FROZEN, Mode.UNREADABLE}),
+    Mode.UNREADABLE: frozenset({Mode.LOADING}),
+    Mode.LIVE: frozenset({Mode.FROZEN, Mode.ADOPTING}),
+    Mode.FROZEN: frozenset({Mode.LIVE, Mode.ADOPTING}),
+    Mode.ADOPTING: frozenset({Mode.LIVE, Mode.FROZEN}),
+}
+
+
+# --- what the shell reads for an event --------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ReadPlan:
+    ranges: tuple[tuple[int, int], ...] = ()
+    line_end_from: int | None = None  # also find the end of the last whole line past here
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The file as the shell found it for one event: its stat and the planned bytes (shorter
+    where the file is shorter), all read through one descriptor."""
+
+    stat: Stat | None = None
+    reads: dict[tuple[int, int], bytes] = field(default_factory=dict)
+    line_end: int | None = None
+
+    def get(self, start: int, end: int) -> bytes:
+        return self.reads.get((start, end), b"")
+
+
+NO_READS = ReadPlan()
+EMPTY = Snapshot()
+
+
+# --- events ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    """Start-up: the persisted record (None if there is none) and its chain."""
+
+    record: FileRecord | None
+    chain: list[bytes]
+    problem: str | None = None  # the record was unreadable (it is then ignored)
+
+
+@dataclass(frozen=True, slots=True)
+class LoadFailed:
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Look:
+    """Look at the local file again; `replaced`: the watcher saw it deleted or moved over."""
+
+    replaced: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Drained:
+    """The shell has no more events queued for this file: make durable what waits."""
+
+
+@dataclass(frozen=True, slots=True)
+class PeerOnline:
+    peer: str
+    online: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PeerPos:
+    peer: str
+    announce: Announce
+
+
+@dataclass(frozen=True, slots=True)
+class PeerData:
+    peer: str
+    data: Data
+    retried: bool = False  # re-delivered after our own local bytes were dealt with
+
+
+@dataclass(frozen=True, slots=True)
+class PeerRequest:
+    peer: str
+    request: Request
+
+
+@dataclass(frozen=True, slots=True)
+class PeerRefuse:
+    peer: str
+    refuse: Refuse
+
+
+@dataclass(frozen=True, slots=True)
+class PeerProbe:
+    peer: str
+    probe: Probe
+
+
+@dataclass(frozen=True, slots=True)
+class PeerProbed:
+    peer: str
+    probed: Probed
+
+
+@dataclass(frozen=True, slots=True)
+class Reassess:
+    """Compare a peer's announced position with ours again (needs a read of the file)."""
+
+    peer: str
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    peer: str
+    data: bytes
+    stat: Stat
+
+
+@dataclass(frozen=True, slots=True)
+class AppendFailed:
+    kind: str  # "full" (ENOSPC, quota), "error", "concurrent", "replaced"
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Synced:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class SyncFailed:
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Rehashed:
+    purpose: str  # "load", "check", "shrunk", "rewritten", "keep"
+    ledger: Ledger | None  # None: the file is gone
+    why: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Archived:
+    path: str
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveFailed:
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class LineFound:
+    peer: str
+    offset: int
+    line: int
+
+
+@dataclass(frozen=True, slots=True)
+class AdoptRequested:
+    source: str
+    ticket: object  # handed back in AdoptDone
+
+
+@dataclass(frozen=True, slots=True)
+class ScrubMismatch:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class IoFailed:
+    """The reads planned for `event` failed (EMFILE, EIO, EACCES, ...)."""
+
+    event: object
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class RoleChanged:
+    role: str
+
+
+Event = (Loaded | LoadFailed | Look | Tick | Drained | PeerOnline | PeerPos | PeerData
+         | PeerRequest | PeerRefuse | PeerProbe | PeerProbed | Reassess | Appended
+         | AppendFailed | Synced | SyncFailed | Rehashed | Archived | ArchiveFailed | LineFound
+         | AdoptRequested | ScrubMismatch | IoFailed | RoleChanged)
+
+
+# --- effects --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    kind: Kind
+    payload: frames.Payload
+    to: str = ""
+    retain: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Append:
+    """Append `data` at `offset` through a descriptor whose (dev, ino) is `inode` (None: create
+    the file, which must not exist). Answered by Appended or AppendFailed."""
+
+    offset: int
+    data: bytes
+    inode: tuple[int, int] | None
+    peer: str
+
+
+@dataclass(frozen=True, slots=True)
+class Sync:
+    """fdatasync the file. Answered by Synced or SyncFailed."""
+
+    local: bool  # the writer's own bytes (shipped) rather than bytes we appended
+
+
+@dataclass(frozen=True, slots=True)
+class Persist:
+    record: FileRecord
+    chain: list[bytes] | None  # None: keep the chain file as it is
+    durable: bool
+    rebuilt: bool = False  # the chain was rebuilt: rewrite the chain file whole
+
+
+@dataclass(frozen=True, slots=True)
+class Rehash:
+    """Hash the file; answered by Rehashed. `whole_lines`: stop at the last line end, but
+    never below `hold` bytes (bytes we recorded as held are ours even mid-line)."""
+
+    purpose: str
+    whole_lines: bool = True
+    hold: int = 0
+    why: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Archive:
+    """Move the local copy into the archive with this manifest; answered by Archived."""
+
+    manifest: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class FindLine:
+    """Count the lines before `offset`; answered by LineFound."""
+
+    peer: str
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class LookAgain:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Redeliver:
+    event: Event
+
+
+@dataclass(frozen=True, slots=True)
+class Reload:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Log:
+    level: int
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Durable:
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class LogCheck:
+    restart: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AdoptDone:
+    ticket: object
+    result: dict[str, object]
+
+
+Effect = (Send | Append | Sync | Persist | Rehash | Archive | FindLine | LookAgain | Redeliver
+          | Reload | Log | Durable | LogCheck | AdoptDone | Reassess)
+
+
+# --- state ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Tuning:
+    chunk_bytes: int = 256 * 1024
+    fetch_window: int = 4 * 1024 * 1024
+    request_timeout: float = 3.0
+    persist_interval: float = 5.0
+
+
+@dataclass
+class PeerView:
+    position: Position
+    frozen: str | None
+    state: PeerState = PeerState.AHEAD
+    verified: bool = False  # consistency checked for this position
+    probed: bool = False  # a zero-length request was sent to check consistency
+
+
+@dataclass
+class Fetch:
+    peer: str
+    upto: int
+    deadline: float
+
+
+@dataclass
+class Trouble:
+    kind: str  # "paused" or "error"
+    detail: str
+    since: float  # wall clock
+    retry_at: float
+    attempts: int = 1
+
+
+@dataclass
+class Adoption:
+    """An adoption under way: our copy is archived; take `peer`'s whole copy. Done only when
+    our durable copy equals a position `peer` announced after we asked (`fresh`)."""
+
+    peer: str
+    ticket: object
+    archive: str = ""
+    ask: int = 0  # sent with every request of this adoption, echoed in the reply's position
+    fresh: Position | None = None
+
+
+@dataclass
+class Settle:
+    seen: tuple[int, int, int] | None
+    since: float
+
+
+class Machine:
+    def __init__(self, node: str, key: str, file: str, role: str, tuning: Tuning,
+                 online: dict[str, bool] | None = None) -> None:
+        self.node, self.key, self.file, self.role = node, key, file, role
+        self.tuning = tuning
+        self.mode = Mode.LOADING
+        self.ledger: Ledger | None = None
+        self.position = Position.empty()  # what we announce: durable bytes only
+        self.inode: tuple[int, int] | None = None
+        self.seen: tuple[int, int] | None = None  # (size, mtime) at the last look
+        self.file_stat: Stat | None = None  # the file as last seen (status shows it)
+        self.freeze: Freeze | None = None
+        self.diverged: dict[str, Freeze] = {}
+        self.note: str | None = None
+        self.intent: tuple[str, int, int] | None = None
+        self.trouble: Trouble | None = None
+        self.load_error: str | None = None
+        self.reload_at: float | None = None
+        self.peers: dict[str, PeerView] = {}
+        self.online: dict[str, bool] = dict(online or {})
+        self.fetch: Fetch | None = None
+        self.adoption: Adoption | None = None
+        self.unsynced = 0  # bytes appended here but not yet fdatasync'ed
+        self.record_dirty = False
+        self.last_persist = float("-inf")
+        self.last_announce = float("-inf")
+        self.announce_due: float | None = None
+        self.settle: Settle | None = None
+        self.own_removal_until = float("-inf")
+        self.locating: dict[str, float] = {}  # peer -> when we last asked it where we part
+        self._record: FileRecord | None = None  # during LOADING
+        self._record_chain: list[bytes] = []
+        self._rebuilt = False  # the chain file must be rewritten whole at the next persist
+        self.counters = {"shipped_bytes": 0, "applied_bytes": 0, "served_bytes": 0,
+                         "shipped_frames": 0, "applied_frames": 0, "served_frames": 0}
+
+    # --- predicates ---------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return f"{self.key}/{self.file}"
+
+    @property
+    def frozen(self) -> str | None:
+        if self.freeze is not None:
+            return self.freeze.reason
+        return "diverged" if self.diverged else None
+
+    @property
+    def held(self) -> int:
+        """Bytes of the file our ledger describes (durable or not)."""
+        return self.ledger.size if self.ledger is not None else 0
+
+    def may_accept(self, peer: str, now: float) -> bool:
+        """Whether bytes from `peer` may be appended here (if they extend our copy)."""
+        if self.ledger is None:
+            return False
+        if self.mode is Mode.ADOPTING:
+            return self.adoption is not None and self.adoption.peer == peer
+        if self.mode is not Mode.LIVE or self.role == "source":
+            return False
+        return not (self.trouble is not None and self.trouble.kind == "paused"
+                    and now < self.trouble.retry_at)
+
+    def may_ship(self) -> bool:
+        """Whether local growth may be published."""
+        return self.mode is Mode.LIVE and self.ledger is not None
+
+    def may_serve(self, force: bool) -> bool:
+        """Whether we send our bytes to a peer that asks (an adopting peer may ask a frozen
+        copy: serving never changes it)."""
+        return self.ledger is not None and (self.mode is Mode.LIVE or force)
+
+    def _enter(self, mode: Mode) -> None:
+        if mode is self.mode:
+            return
+        if mode not in TRANSITIONS[self.mode]:
+            raise AssertionError(f"{self.name}: no transition {self.mode.value} -> {mode.value}")
+        self.mode = mode
+
+    def _refreeze_or_live(self) -> None:
+        """LIVE unless a freeze or a divergence holds (after one was added or cleared)."""
+        if self.mode in (Mode.LIVE, Mode.FROZEN):
+            self._enter(Mode.FROZEN if self.frozen else Mode.LIVE)
+
+    # --- reads --------------------------------------------------------------------------------
+
+    def reads_for(self, event: Event) -> ReadPlan:
+        """The bytes of the file that `handle(event)` needs; the shell reads them first."""
+        ledger = self.ledger
+        match event:
+            case Loaded(record=rec) if rec is not None:
+                return ReadPlan(((block_start(rec.size), rec.size),))
+            case Rehashed(purpose="load") if self._record is not None:
+                size = self._record.size
+                return ReadPlan(((block_start(size), size),))
+            case Rehashed(purpose="check") if ledger is not None:
+                return ReadPlan(((block_start(ledger.size), ledger.size),))
+            case Look() | PeerData() if ledger is not None:
+                window = self.tuning.fetch_window
+                if isinstance(event, PeerData):
+                    window = len(event.data.data)
+                return ReadPlan(((ledger.recheck_start(), ledger.size + window),),
+                                line_end_from=ledger.size)
+            case PeerPos(announce=a) if ledger is not None:
+                return self._partial_plan(a.size)
+            case Reassess(peer=p) if ledger is not None and p in self.peers:
+                return self._partial_plan(self.peers[p].position.size)
+            case PeerRefuse(refuse=rf) if ledger is not None:
+                return self._partial_plan(rf.offset)
+            case PeerRequest(request=r) if ledger is not None:
+                plan = self._partial_plan(r.have)
+                start, end = self._serve_range(r)
+                if start < end:
+                    plan = ReadPlan((*plan.ranges, (block_start(start), end)))
+                return plan
+            case PeerProbe(probe=p) if ledger is not None and p.what is ProbeWhat.BYTES:
+                start = min(p.start, ledger.size)
+                return ReadPlan(((start, min(ledger.size, start + min(p.count, BLOCK))),))
+            case PeerProbed(probed=p) if p.what is ProbeWhat.BYTES:
+                return ReadPlan(((p.start, p.start + len(p.data)),))
+        return NO_READS
+
+    def _partial_plan(self, offset: int) -> ReadPlan:
+        ledger = self.ledger
+        if ledger is None or offset > ledger.size or ledger.digest_known(offset) is not None:
+            return NO_READS
+        return ReadPlan(((block_start(offset), offset),))
+
+    def _digest_at(self, offset: int, snap: Snapshot) -> bytes | None:
+        ledger = self.ledger
+        if ledger is None or offset > ledger.size:
+            return None
+        known = ledger.digest_known(offset)
+        if known is not None:
+            return known
+        partial = snap.get(block_start(offset), offset)
+        if len(partial) != offset - block_start(offset):
+            return None  # the file shrank under us; the next look says how
+        return ledger.digest_at(offset, partial)
+
+    def _serve_range(self, r: Request) -> tuple[int, int]:
+        start = max(r.start, r.have)
+        end = min(self.held, start + min(r.length, self.tuning.fetch_window))
+        return start, end
+
+    # --- dispatch -----------------------------------------------------------------------------
+
+    def handle(self, event: Event, snap: Snapshot, now: float, wall: float) -> list[Effect]:
+        """Decide what `event` means for this file; return what the shell must do, in order."""
+        out: list[Effect] = []
+        match event:
+            case Loaded():
+                self._on_loaded(event, snap, now, wall, out)
+            case LoadFailed(detail=detail):
+                self._on_load_failed(detail, now, out)
+            case Rehashed():
+                self._on_rehashed(event, snap, now, wall, out)
+            case Look(replaced=replaced):
+                self._on_look(replaced, snap, now, wall, out)
+            case Tick():
+                self._on_tick(now, wall, out)
+            case Drained():
+                if self.unsynced:
+                    out.append(Sync(local=False))
+                else:
+                    self._persist(now, out)
+            case PeerOnline(peer=peer, online=online):
+                self.online[peer] = online
+                self._maybe_fetch(now, out)
+            case PeerPos():
+                self._on_announce(event.peer, event.announce, snap, now, wall, out)
+            case Reassess(peer=peer):
+                view = self.peers.get(peer)
+                if view is not None:
+                    self._assess(peer, view, snap, now, wall, out)
+            case PeerData():
+                self._on_data(event, snap, now, wall, out)
+            case PeerRequest(peer=peer, request=r):
+                self._on_request(peer, r, snap, now, wall, out)
+            case PeerRefuse(peer=peer, refuse=rf):
+                ours = self._digest_at(rf.offset, snap)
+                if ours is not None and ours != rf.digest:
+                    self._diverge(peer, rf.offset, f"{peer} holds a different prefix of "
+                                  f"{rf.offset} bytes", now, wall, out)
+            case PeerProbe(peer=peer, probe=p):
+                self._answer_probe(peer, p, snap, out)
+            case PeerProbed(peer=peer, probed=p):
+                self._narrow(peer, p, snap, out)
+            case LineFound():
+                self._on_line_found(event, now, out)
+            case Appended():
+                self._on_appended(event, now, out)
+            case AppendFailed(kind=kind, detail=detail):
+                self._on_append_failed(kind, detail, now, wall, out)
+            case Synced():
+                self._on_synced(now, wall, out)
+            case SyncFailed(detail=detail):
+                self._set_trouble("error", f"cannot make {self.file} durable: {detail}", now,
+                                  wall, out)
+            case AdoptRequested(source=source, ticket=ticket):
+                self._on_adopt(source, ticket, now, wall, out)
+            case Archived(path=path):
+                self._on_archived(path, now, wall, out)
+            case ArchiveFailed(detail=detail):
+                out.append(Log(logging.ERROR, f"{self.name}: cannot archive the local copy: "
+                                              f"{detail}; nothing was changed"))
+                if self.adoption is not None:
+                    out.append(AdoptDone(self.adoption.ticket, {"error": detail}))
+                    self.adoption = None
+            case ScrubMismatch():
+                if self.mode is Mode.LIVE:
+                    out.append(Rehash("check", why="the background scrub found other bytes"))
+            case IoFailed(event=failed, detail=detail):
+                self._on_io_failed(failed, detail, now, wall, out)
+            case RoleChanged(role=role):
+                self.role = role
+                self._maybe_fetch(now, out)
+        self._flush_announce(now, out)
+        return out
+
+    def deadline(self) -> float | None:
+        """When this machine wants a Tick (monotonic), if at all."""
+        times = [t for t in (
+            self.fetch.deadline if self.fetch else None,
+            self.trouble.retry_at if self.trouble else None,
+            self.reload_at,
+            self.announce_due,
+            self.settle.since + SETTLE if self.settle else None,
+            (self.last_persist + self.tuning.persist_interval) if self._persist_ready()
+            else None,
+        ) if t is not None]
+        for peer, f in self.diverged.items():
+            if f.line is None and self.online.get(peer) and self.ledger is not None:
+                times.append(self.locating.get(peer, float("-inf")) + LOCATE_RETRY)
+        return min(times) if times else None
+
+    # --- start-up -----------------------------------------------------------------------------
+
+    def _on_loaded(self, ev: Loaded, snap: Snapshot, now: float, wall: float,
+                   out: list[Effect]) -> None:
+        if self.mode is not Mode.LOADING:
+            return
+        self.load_error = None
+        if ev.problem:
+            out.append(Log(logging.WARNING, f"{self.name}: {ev.problem}; rehashing the file"))
+        rec = ev.record
+        st = snap.stat
+        self.file_stat = st
+        if rec is None:
+            if st is None:
+                self._start(Ledger(), None, now, wall, out)
+            else:
+                out.append(Rehash("load"))
+            return
+        self._record, self._record_chain = rec, ev.chain
+        self.freeze, self.diverged, self.note = rec.freeze, dict(rec.diverged_peers), rec.note
+        self.intent = rec.intent
+        self.position = Position(rec.size, rec.digest)
+        if st is None:
+            if rec.size > 0:
+                if self.freeze is None:
+                    self._freeze("reset", f"file deleted while syncd was stopped (held "
+                                 f"{rec.size} bytes)", now, wall, out, keep=True)
+                self._finish_load_frozen(out)
+            else:
+                self._start(Ledger(), None, now, wall, out)
+            return
+        if rec.size > 0 and st.inode != (rec.dev, rec.ino):
+            if self.freeze is None:
+                self._freeze("reset", "file replaced (new inode) while syncd was stopped",
+                             now, wall, out, keep=True)
+            self._finish_load_frozen(out)
+            return
+        if st.size < rec.size:
+            if self.freeze is None:
+                self._freeze("reset", f"file shrank from {rec.size} to {st.size} bytes while "
+                             "syncd was stopped", now, wall, out, keep=True)
+            self._finish_load_frozen(out)
+            return
+        unchanged = (st.size, st.mtime_ns, st.ctime_ns) == (rec.file_size, rec.mtime_ns,
+                                                            rec.ctime_ns)
+        partial = snap.get(block_start(rec.size), rec.size)
+        if (unchanged and len(ev.chain) > rec.size // BLOCK
+                and len(partial) == rec.size - block_start(rec.size)
+                and hashlib.sha256(partial).digest() == rec.partial):
+            self._start(Ledger.restore(ev.chain, rec.size, partial), st, now, wall, out)
+            return
+        # Changed while we were away (appended, or edited): rehash before trusting anything.
+        # Bytes we recorded as held count as ours even mid-line, and so do a peer's pieces
+        # we were appending when we stopped (the intent), never a local writer's torn line.
+        hold = rec.size
+        if rec.intent is not None and rec.intent[1] <= rec.size <= rec.intent[2]:
+            hold = max(hold, min(st.size, rec.intent[2]))
+        out.append(Rehash("load", hold=hold))
+
+    def _finish_load_frozen(self, out: list[Effect]) -> None:
+        self._record = None
+        self._enter(Mode.FROZEN)
+        out.append(Send(Kind.POS, self._announcement(), retain=True))
+
+    def _start(self, ledger: Ledger, st: Stat | None, now: float, wall: float,
+               out: list[Effect]) -> None:
+        """Loading is over: `ledger` describes the file."""
+        self._record = None
+        self.ledger = ledger
+        self._adopt_stat(st)
+        self.position = Position(ledger.size, ledger.digest())
+        self.record_dirty = True
+        self._enter(Mode.FROZEN if self.frozen else Mode.LIVE)
+        out.append(LogCheck(restart=False))
+        out.append(Send(Kind.POS, self._announcement(), retain=True))
+        self.last_announce = now
+        out.append(LookAgain())
+
+    def _on_load_failed(self, detail: str, now: float, out: list[Effect]) -> None:
+        if self.load_error is None:
+            out.append(Log(logging.ERROR, f"{self.name}: {detail}; this file is not "
+                           f"replicated until it can be read (retrying every "
+                           f"{RELOAD_RETRY:g}s)"))
+        self.load_error = detail
+        if self.mode is Mode.LOADING:
+            self._enter(Mode.UNREADABLE)
+        self.reload_at = now + RELOAD_RETRY
+
+    def _on_rehashed(self, ev: Rehashed, snap: Snapshot, now: float, wall: float,
+                     out: list[Effect]) -> None:
+        fresh = ev.ledger
+        if ev.purpose == "load":
+            if self.mode is not Mode.LOADING:
+                return
+            rec = self._record
+            if fresh is None:  # vanished while we hashed
+                if rec is None or rec.size == 0:
+                    self._start(Ledger(), None, now, wall, out)
+                else:
+                    if self.freeze is None:
+                        self._freeze("reset", "file deleted while syncd was starting", now,
+                                     wall, out, keep=True)
+                    self._finish_load_frozen(out)
+                return
+            ok = True
+            where = 0
+            if rec is not None:
+                partial = snap.get(block_start(rec.size), rec.size)
+                ok = (fresh.size >= rec.size
+                      and len(partial) == rec.size - block_start(rec.size)
+                      and fresh.digest_at(rec.size, partial) == rec.digest)
+                if not ok:
+                    where = first_change(self._record_chain, None, rec.size, fresh.chain,
+                                         fresh.tail, fresh.size)
+            self._rebuilt = True
+            self._start(fresh, snap.stat, now, wall, out)
+            if self.intent is not None and fresh.size >= self.intent[2]:
+                self.intent = None
+            if not ok:
+                self._noticed_edit(where, "while syncd was stopped", now, out)
+            return
+        if ev.purpose == "keep":
+            self._keep_local(fresh, snap.stat, now, wall, out)
+            return
+        ledger = self.ledger
+        if ledger is None or self.mode not in (Mode.LIVE, Mode.FROZEN):
+            return
+        if fresh is None:
+            self._local_reset(f"file deleted (held {ledger.size} bytes)", now, wall, out)
+            return
+        if ev.purpose == "check":
+            if fresh.size >= ledger.size:
+                partial = snap.get(block_start(ledger.size), ledger.size)
+                if (len(partial) == ledger.size - block_start(ledger.size)
+                        and fresh.digest_at(ledger.size, partial) == ledger.digest()):
+                    return  # every byte we vouched for is still there
+            where = first_change(ledger.chain, ledger.tail, ledger.size, fresh.chain,
+                                 fresh.tail, fresh.size)
+            self._replace_history(fresh, snap.stat, where, ev.why, now, out)
+        elif ev.purpose == "shrunk":
+            if fresh.size < ledger.size and ledger.is_prefix_of_ours(fresh) is False:
+                # Bytes inside changed: an edit that shortened the file (the runbook's
+                # "delete the bad line"), not a truncation. Describe it as it is (whole lines).
+                out.append(Rehash("rewritten", why=f"file rewritten shorter, {ledger.size} -> "
+                                  f"{fresh.size} bytes"))
+                return
+            self._local_reset(f"file truncated from {ledger.size} to {fresh.size} bytes", now,
+                              wall, out)
+        elif ev.purpose == "rewritten":
+            where = first_change(ledger.chain, ledger.tail, ledger.size, fresh.chain,
+                                 fresh.tail, fresh.size)
+            self._replace_history(fresh, snap.stat, where, ev.why, now, out)
+
+    # --- the local file -----------------------------------------------------------------------
+
+    def _adopt_stat(self, st: Stat | None) -> None:
+        self.file_stat = st
+        self.inode = st.inode if st else None
+        self.seen = (st.size, st.mtime_ns) if st else None
+
+    def _on_look(self, replaced: bool, snap: Snapshot, now: float, wall: float,
+                 out: list[Effect]) -> None:
+        ledger = self.ledger
+        st = snap.stat
+        self.file_stat = st  # kept current even while frozen: status shows both sizes
+        if ledger is None or self.mode not in (Mode.LIVE, Mode.FROZEN, Mode.ADOPTING):
+            return
+        if self.trouble is not None and self.trouble.kind == "error":
+            out.append(Log(logging.WARNING, f"{self.name}: the file can be read again "
+                                            f"({self.trouble.attempts} failed looks)"))
+            self.trouble = None
+        if replaced:
+            if now < self.own_removal_until:
+                self.own_removal_until = float("-inf")  # our archive's own move
+            elif ledger.size > 0:
+                what = "deleted" if st is None else "deleted or renamed over, then recreated"
+                self._local_reset(f"file {what} (held {ledger.size} bytes)", now, wall, out)
+                return
+        self._judge_local(snap, now, wall, out)
+
+    def _judge_local(self, snap: Snapshot, now: float, wall: float, out: list[Effect]) -> None:
+        ledger = self.ledger
+        assert ledger is not None
+        st = snap.stat
+        tail: bool | None = None
+        if st is not None and st.size >= ledger.size:
+            got = _first_read(snap)
+            tail = ledger.matches_end(got[: ledger.size - ledger.recheck_start()])
+        stat_now = (st.dev, st.ino, st.size, st.mtime_ns) if st else None
+        change = judge_local(ledger.size, self.inode, self.seen, stat_now, tail)
+        if change is LocalChange.NONE:
+            self.settle = None
+            return
+        if self.mode is Mode.ADOPTING:
+            return  # the operator stopped the bot here; the adopted copy is what counts
+        if change is LocalChange.REPLACED:
+            if self.freeze is None:
+                what = "deleted" if st is None else "replaced (new inode)"
+                self._local_reset(f"file {what}; held {ledger.size} bytes", now, wall, out)
+            return
+        if change is LocalChange.SHRUNK:
+            # A rewrite (truncate, then write) passes through "shorter": judge the file only
+            # once it has held still for a moment.
+            assert st is not None
+            seen = (st.ino, st.size, st.mtime_ns)
+            if self.settle is None or self.settle.seen != seen:
+                self.settle = Settle(seen, now)
+            elif now - self.settle.since >= SETTLE:
+                self.settle = None
+                out.append(Rehash("shrunk", whole_lines=False))
+            return
+        self.settle = None
+        assert st is not None
+        if self.inode is None:
+            self.inode = st.inode
+        if change in (LocalChange.EDITED, LocalChange.TOUCHED):
+            why = ("bytes below the end changed" if change is LocalChange.EDITED
+                   else "changed without growing")
+            out.append(Rehash("check", why=why))
+            return
+        self.file_stat = st
+        if not self.may_ship():
+            self.seen = (st.size, st.mtime_ns)
+            return
+        if self.intent is not None and self.intent[1] == ledger.size and st.size <= self.intent[2]:
+            return  # a peer's piece we wrote before a restart, not a local line
+        line_end = snap.line_end if snap.line_end is not None else ledger.size
+        if self.role == "replica" and line_end > ledger.size:
+            self._freeze("diverged", "local write on a host whose role for this key is "
+                         f"'replica' (bytes past offset {ledger.size})", now, wall, out,
+                         offset=ledger.size)
+            return
+        self._ship(snap, line_end, st, now, out)
+
+    def _ship(self, snap: Snapshot, line_end: int, st: Stat, now: float,
+              out: list[Effect]) -> None:
+        """Send local growth: whole lines only, of bytes just re-read (the tail included)."""
+        ledger = self.ledger
+        assert ledger is not None
+        start = ledger.size
+        first = ledger.recheck_start()
+        new = _first_read(snap)[start - first:]
+        read_end = start + len(new)
+        if line_end <= read_end:
+            end = line_end
+        else:
+            cut = new.rfind(b"\n")
+            # A backlog larger than one read: ship its whole lines now, the rest next look.
+            # A single line longer than the read (and complete: line_end is past it) goes in
+            # pieces of the read's size.
+            end = start + cut + 1 if cut >= 0 else read_end
+        pos = start
+        chunk = self.tuning.chunk_bytes
+        while pos < end:
+            n = frames.piece_end(new, pos - start, end - start, chunk) - (pos - start)
+            data = new[pos - start: pos - start + n]
+            out.append(Send(Kind.LIVE, Data(pos, ledger.digest(), data)))
+            ledger.extend(data)
+            pos += n
+            self.counters["shipped_bytes"] += n
+            self.counters["shipped_frames"] += 1
+        if line_end > pos:
+            out.append(LookAgain())  # more whole lines than one read: `seen` stays behind
+        else:
+            self.seen = (st.size, st.mtime_ns)  # nothing more to ship at this size and time
+        if pos > start:
+            out.append(Sync(local=True))
+
+    def _local_reset(self, detail: str, now: float, wall: float, out: list[Effect]) -> None:
+        """Our file is not the history we hold any more (deleted, replaced, truncated): freeze
+        here and nowhere else. We neither pour the old history back into the new file nor push
+        the reset to the peers; they see it in our announcement."""
+        if self.freeze is None:
+            self._freeze("reset", detail, now, wall, out)
+
+    def _replace_history(self, fresh: Ledger, st: Stat | None, where: int, why: str,
+                         now: float, out: list[Effect]) -> None:
+        """Bytes we had already vouched for changed here: describe the file as it is now.
+
+        We do not freeze on our own: announcing the new digest makes every peer that holds the
+        old bytes see a divergence (and us see theirs), while a peer that never had them may
+        still fast-forward. That is the reconcile rule, applied to the copy we hold.
+        """
+        self.ledger = fresh
+        self._rebuilt = True
+        self._adopt_stat(st)
+        self.position = Position(fresh.size, fresh.digest())
+        self._noticed_edit(where, why, now, out)
+
+    def _noticed_edit(self, where: int, why: str, now: float, out: list[Effect]) -> None:
+        self.note = (f"bytes already replicated were changed locally ({why}); first "
+                     f"difference in the 64 KiB block at offset {block_start(where)}")
+        out.append(Log(logging.WARNING, f"{self.name}: {self.note}"))
+        for view in self.peers.values():
+            view.verified = False
+        self.record_dirty = True
+        out.append(LogCheck(restart=True))
+        self._announce(now, out, at_once=True)
+
+    # --- peers --------------------------------------------------------------------------------
+
+    def _on_announce(self, peer: str, a: Announce, snap: Snapshot, now: float, wall: float,
+                     out: list[Effect]) -> None:
+        view = self.peers.get(peer)
+        pos = Position(a.size, a.digest)
+        if view is None or view.position != pos:
+            view = PeerView(pos, a.frozen)
+            self.peers[peer] = view
+        view.frozen = a.frozen
+        ad = self.adoption
+        if ad is not None and ad.peer == peer and ad.ask and a.answers == ad.ask:
+            ad.fresh = pos  # announced in reply to our request, so after it
+        self._assess(peer, view, snap, now, wall, out)
+        self._check_adopted(now, out)
+        self._maybe_fetch(now, out)
+
+    def _assess(self, peer: str, view: PeerView, snap: Snapshot, now: float, wall: float,
+                out: list[Effect]) -> None:
+        ledger = self.ledger
+        if ledger is None:
+            return
+        theirs = view.position
+        if view.verified:
+            view.state = PeerState.IN_SYNC if theirs.size == ledger.size else PeerState.BEHIND
+            return
+        if theirs.size > ledger.size:
+            view.state = PeerState.DIVERGED if peer in self.diverged else PeerState.AHEAD
+            if view.frozen is not None and not view.probed and self.mode is not Mode.ADOPTING:
+                # We will not fetch from a frozen peer, so ask it once whether our prefix is
+                # its prefix: a zero-length request is answered only by a refusal.
+                view.probed = True
+                out.append(Send(Kind.REQ, Request(ledger.size, ledger.digest(), ledger.size, 0),
+                                to=peer))
+            return
+        ours = self._digest_at(theirs.size, snap)
+        if ours is None:
+            out.append(Reassess(peer))  # needs bytes of an older block: read, then judge
+            return
+        view.state = judge_peer(Position(ledger.size, ledger.digest()), theirs, ours)
+        view.verified = view.state is not PeerState.DIVERGED
+        if view.state is PeerState.DIVERGED:
+            self._diverge(peer, theirs.size, f"{peer} announced a copy of {theirs.size} bytes "
+                          "whose prefix differs from ours", now, wall, out)
+        elif peer in self.diverged:
+            del self.diverged[peer]
+            self.record_dirty = True
+            out.append(Log(logging.WARNING, f"{self.name}: {peer}'s copy is consistent with "
+                                            "ours again; divergence with it cleared"))
+            self._refreeze_or_live()
+            self._announce(now, out)
+
+    def _on_data(self, ev: PeerData, snap: Snapshot, now: float, wall: float,
+                 out: list[Effect]) -> None:
+        """Append a peer's bytes if they extend ours; never onto anything we did not record."""
+        peer, d = ev.peer, ev.data
+        ledger = self.ledger
+        if ledger is None or not self.may_accept(peer, now):
+            return
+        verdict = judge_data(Position(ledger.size, ledger.digest()), d.offset, d.base)
+        if verdict is Verdict.GAP:
+            self._maybe_fetch(now, out)
+            return
+        if verdict is Verdict.DUPLICATE:
+            return
+        if verdict is Verdict.DIVERGED:
+            self._diverge(peer, d.offset, f"{peer} sent bytes at {d.offset} after a prefix "
+                          "that differs from ours", now, wall, out)
+            return
+        st = snap.stat
+        if self.mode is not Mode.ADOPTING:
+            # The same question as for the writer's own bytes: is our history still a prefix
+            # of the file, at the inode we describe, with nothing unrecorded past our end?
+            stat_now = (st.dev, st.ino, st.size, st.mtime_ns) if st else None
+            got = _first_read(snap)
+            tail = (ledger.matches_end(got[: ledger.size - ledger.recheck_start()])
+                    if st is not None and st.size >= ledger.size else None)
+            change = judge_local(ledger.size, self.inode, None, stat_now, tail)
+            past_end = st is not None and st.size > ledger.size
+            if change is not LocalChange.NONE:
+                if not ev.retried:
+                    # Local bytes first (ship whole lines, or notice a reset or an edit), then
+                    # judge this frame again on what the file holds then.
+                    self._judge_local(snap, now, wall, out)
+                    out.append(Redeliver(PeerData(peer, d, retried=True)))
+                elif past_end and change is LocalChange.GROWTH:
+                    self._torn_local_line(peer, got[ledger.size - ledger.recheck_start():],
+                                          now, wall, out)
+                return  # otherwise dropped: anti-entropy asks for it again
+        if st is not None and self.inode is None:
+            self.inode = st.inode
+        if not d.data.endswith(b"\n"):
+            # A piece of a long line: record durably that the bytes past our end will be
+            # this peer's, so that a restart does not take them for a local torn line.
+            start = self.intent[1] if self.intent and self.intent[2] == d.offset else d.offset
+            self.intent = (peer, start, d.end)
+            out.append(self._persist_record(durable=True))
+        out.append(Append(d.offset, d.data, self.inode if st is not None else None, peer))
+
+    def _torn_local_line(self, peer: str, local: bytes, now: float, wall: float,
+                         out: list[Effect]) -> None:
+        """A local writer's unfinished line sits past our end while `peer` sends other bytes
+        for the same offset: two histories. Never splice them: freeze, and tell the peer what
+        our file holds there so that it sees the fork too."""
+        ledger = self.ledger
+        assert ledger is not None
+        at = ledger.size
+        if local:
+            out.append(Send(Kind.REFUSE, Refuse(at + len(local), ledger.digest_with(local)),
+                            to=peer))
+        self._diverge(peer, at, f"unfinished local line past offset {at} "
+                      f"({len(local)} bytes), while {peer} sent other bytes for that offset",
+                      now, wall, out)
+
+    def _on_appended(self, ev: Appended, now: float, out: list[Effect]) -> None:
+        ledger = self.ledger
+        assert ledger is not None
+        ledger.extend(ev.data)
+        self.unsynced += len(ev.data)
+        self.counters["applied_bytes"] += len(ev.data)
+        self.counters["applied_frames"] += 1
+        self._adopt_stat(ev.stat)
+        if self.trouble is not None and self.trouble.kind == "paused":
+            out.append(Log(logging.WARNING, f"{self.name}: writing works again; replication "
+                                            "resumed"))
+            self.trouble = None
+        # The sender held exactly these bytes: its position is known without an announcement.
+        view = self.peers.get(ev.peer)
+        if view is not None and view.position.size < ledger.size:
+            view.position, view.verified = Position(ledger.size, ledger.digest()), True
+            view.state = PeerState.IN_SYNC
+        if self.fetch is not None and self.fetch.peer == ev.peer:
+            self.fetch.deadline = now + self.tuning.request_timeout
+        if self.unsynced >= self.tuning.fetch_window:
+            out.append(Sync(local=False))
+
+    def _on_append_failed(self, kind: str, detail: str, now: float, wall: float,
+                          out: list[Effect]) -> None:
+        if kind == "concurrent":
+            self._freeze("diverged", f"another process wrote while applying a peer's bytes: "
+                         f"{detail}", now, wall, out, offset=self.held)
+        elif kind == "replaced":
+            out.append(LookAgain())  # the look freezes it as a reset, with the details
+        else:
+            # Disk full, quota, permissions: nothing partial stays behind (the shell takes its
+            # own bytes back); stop asking for more until the retry time.
+            self.fetch = None
+            self._set_trouble("paused", detail, now, wall, out, retry=PAUSE_RETRY)
+
+    def _on_synced(self, now: float, wall: float, out: list[Effect]) -> None:
+        ledger = self.ledger
+        if ledger is None:
+            return
+        self.unsynced = 0
+        if self.trouble is not None and self.trouble.detail.startswith("cannot make"):
+            self.trouble = None
+        if self.position.size == ledger.size and self.position.digest == ledger.digest():
+            return
+        self.position = Position(ledger.size, ledger.digest())
+        if self.intent is not None and ledger.size >= self.intent[2]:
+            self.intent = None
+        out.append(Durable(ledger.size))
+        self.record_dirty = True
+        for peer, view in self.peers.items():
+            self._assess(peer, view, EMPTY, now, wall, out)
+        self._announce(now, out)
+        out.append(LogCheck())
+        self._check_adopted(now, out)
+        self._maybe_fetch(now, out)
+        self._persist(now, out)
+
+    def _on_request(self, peer: str, r: Request, snap: Snapshot, now: float, wall: float,
+                    out: list[Effect]) -> None:
+        # Even a frozen file answers "your prefix differs": that is how the others learn.
+        ledger = self.ledger
+        if ledger is None:
+            return
+        ours = self._digest_at(r.have, snap) if r.have <= ledger.size else None
+        if r.have < ledger.size and ours is None:
+            out.append(LookAgain())  # the file shrank under us; the look will say how
+            return
+        verdict = judge_request(ledger.size, r.have, r.digest, ours)
+        if verdict is Verdict.DIVERGED:
+            assert ours is not None
+            out.append(Send(Kind.REFUSE, Refuse(r.have, ours), to=peer))
+            self._diverge(peer, r.have, f"{peer} asked for bytes after a prefix of {r.have} "
+                          "bytes that differs from ours", now, wall, out)
+            return
+        if verdict is Verdict.APPEND and self.may_serve(r.force):
+            self._serve(peer, r, snap, out)
+        if r.force:
+            # An adopting peer is done only on a position we announce after its request
+            # (after the bytes just served): it recognises this one by its `ask`.
+            self._announce(now, out, at_once=True, answers=r.ask)
+
+    def _serve(self, peer: str, r: Request, snap: Snapshot, out: list[Effect]) -> None:
+        ledger = self.ledger
+        assert ledger is not None
+        start, end = self._serve_range(r)
+        if start >= end:
+            return
+        first = block_start(start)
+        buf = snap.get(first, end)
+        if len(buf) != end - first:
+            out.append(LookAgain())
+            return
+        pos = start
+        chunk = self.tuning.chunk_bytes
+        while pos < end:
+            stop = first + frames.piece_end(buf, pos - first, end - first, chunk)
+            base = ledger.digest_at(pos, buf[block_start(pos) - first: pos - first])
+            piece = buf[pos - first: stop - first]
+            out.append(Send(Kind.FILL, Data(pos, base, piece), to=peer))
+            self.counters["served_bytes"] += len(piece)
+            self.counters["served_frames"] += 1
+            pos = stop
+
+    # --- fetching -----------------------------------------------------------------------------
+
+    def _maybe_fetch(self, now: float, out: list[Effect]) -> None:
+        ledger = self.ledger
+        ad = self.adoption
+        if ledger is None or (ad is None and not self.may_accept_any(now)):
+            self.fetch = None
+            return
+        if ad is not None:
+            view = self.peers.get(ad.peer)
+            candidates = {ad.peer: (view.position.size if view else 0,
+                                    self.online.get(ad.peer, False))}
+        else:
+            candidates = {
+                node: (v.position.size, v.frozen is None and node not in self.diverged
+                       and self.online.get(node, False))
+                for node, v in self.peers.items()
+            }
+        source = choose_source(ledger.size, candidates)
+        if source is None:
+            self.fetch = None
+            return
+        window = self.tuning.fetch_window
+        peer_size = self.peers[source].position.size
+        f = self.fetch
+        if f is not None and f.peer == source:
+            if f.upto >= peer_size or f.upto - ledger.size >= window // 2:
+                return  # enough already on its way
+            start = max(ledger.size, f.upto)
+        else:
+            start = ledger.size
+        out.append(Send(Kind.REQ, Request(ledger.size, ledger.digest(), start, window,
+                                          force=ad is not None, ask=ad.ask if ad else 0),
+                        to=source))
+        self.fetch = Fetch(source, start + window, now + self.tuning.request_timeout)
+
+    def may_accept_any(self, now: float) -> bool:
+        return (self.mode is Mode.LIVE and self.role != "source"
+                and not (self.trouble is not None and self.trouble.kind == "paused"
+                         and now < self.trouble.retry_at))
+
+    # --- time ---------------------------------------------------------------------------------
+
+    def _on_tick(self, now: float, wall: float, out: list[Effect]) -> None:
+        if self.mode is Mode.UNREADABLE:
+            if self.reload_at is not None and now >= self.reload_at:
+                self.reload_at = None
+                self._enter(Mode.LOADING)
+                out.append(Reload())
+            return
+        if self.fetch is not None and now > self.fetch.deadline:
+            out.append(Log(logging.INFO, f"{self.name}: no answer from {self.fetch.peer} for "
+                                         f"bytes up to {self.fetch.upto}; asking again"))
+            self.fetch = None
+        t = self.trouble
+        if t is not None and now >= t.retry_at:
+            if t.kind == "error":
+                t.retry_at = now + min(LOOK_RETRY_MAX, LOOK_RETRY_MIN * 2 ** t.attempts)
+                out.append(LookAgain())
+            else:
+                t.retry_at = now + PAUSE_RETRY
+        if self.settle is not None and now - self.settle.since >= SETTLE:
+            out.append(LookAgain())
+        for peer, f in self.diverged.items():
+            asked = self.locating.get(peer)
+            if f.line is None and (asked is None or now - asked > LOCATE_RETRY):
+                self._locate(peer, now, out)
+        self._maybe_fetch(now, out)
+        self._persist(now, out)
+
+    def _set_trouble(self, kind: str, detail: str, now: float, wall: float,
+                     out: list[Effect], retry: float = LOOK_RETRY_MIN) -> None:
+        t = self.trouble
+        if t is None or t.kind != kind:
+            level = logging.ERROR
+            what = "PAUSED" if kind == "paused" else "ERROR"
+            out.append(Log(level, f"{self.name}: {what}: {detail}; the copy stays a prefix, "
+                                  "retrying"))
+            self.trouble = Trouble(kind, detail, wall, now + retry)
+        else:
+            t.detail = detail
+            t.attempts += 1
+            t.retry_at = now + (retry if kind == "paused" else
+                                min(LOOK_RETRY_MAX, LOOK_RETRY_MIN * 2 ** t.attempts))
+
+    def _on_io_failed(self, failed: object, detail: str, now: float, wall: float,
+                      out: list[Effect]) -> None:
+        if self.mode is Mode.LOADING:
+            self._on_load_failed(f"cannot read the file: {detail}", now, out)
+            return
+        if isinstance(failed, Look | PeerData | Rehash):
+            # A look that fails is retried until it works: dropping it could leave a line
+            # unshipped while everyone says in_sync.
+            self._set_trouble("error", f"cannot read the file: {detail}", now, wall, out)
+        # Other reads (serving, probing) are retried by whoever asked.
+
+    # --- announcing and persisting ------------------------------------------------------------
+
+    def _announcement(self, answers: int = 0) -> Announce:
+        return Announce(self.position.size, self.position.digest, self.frozen, answers)
+
+    def _announce(self, now: float, out: list[Effect], at_once: bool = False,
+                  answers: int = 0) -> None:
+        """Publish our position (retained), at most every ANNOUNCE_GAP seconds per file.
+
+        Positions are not on the data path (live frames and gaps are), so under a stream of
+        appends one trailing announcement per gap carries the latest; a freeze, an edit or an
+        adopting peer's request is announced at once.
+        """
+        if at_once or now >= self.last_announce + ANNOUNCE_GAP:
+            self.announce_due = None
+            self.last_announce = now
+            out.append(Send(Kind.POS, self._announcement(answers), retain=True))
+        elif self.announce_due is None:
+            self.announce_due = self.last_announce + ANNOUNCE_GAP
+
+    def _flush_announce(self, now: float, out: list[Effect]) -> None:
+        if self.announce_due is not None and now >= self.announce_due:
+            self._announce(now, out, at_once=True)
+
+    def announce_now(self, now: float) -> list[Effect]:
+        """A new broker connection: everyone must hear our position again."""
+        if self.mode is Mode.LOADING or self.mode is Mode.UNREADABLE:
+            return []
+        out: list[Effect] = []
+        self._announce(now, out, at_once=True)
+        self._maybe_fetch(now, out)
+        return out
+
+    def _record_now(self) -> FileRecord:
+        st = self.file_stat if self.ledger is not None else None
+        ledger = self.ledger
+        return FileRecord(
+            size=self.position.size, digest=self.position.digest,
+            file_size=st.size if st else 0, dev=st.dev if st else 0, ino=st.ino if st else 0,
+            mtime_ns=st.mtime_ns if st else 0, ctime_ns=st.ctime_ns if st else 0,
+            partial=ledger.partial_digest() if ledger else b"", freeze=self.freeze,
+            diverged_peers=dict(self.diverged), note=self.note, intent=self.intent,
+        )
+
+    def _persist_ready(self) -> bool:
+        # Never record a size that is not durable yet: after a power loss the file would look
+        # shorter than recorded, which reads as a reset.
+        return (self.record_dirty and self.mode is not Mode.LOADING and not self.unsynced
+                and (self.ledger is None or self.position.size == self.ledger.size))
+
+    def _persist(self, now: float, out: list[Effect], force: bool = False) -> None:
+        if not self._persist_ready():
+            return
+        if not force and now - self.last_persist < self.tuning.persist_interval:
+            return
+        out.append(self._persist_record(durable=force))
+        self.record_dirty = False
+        self.last_persist = now
+
+    def _persist_record(self, durable: bool) -> Persist:
+        chain = self.ledger.chain if self.ledger is not None else None
+        effect = Persist(self._record_now(), chain, durable=durable, rebuilt=self._rebuilt)
+        self._rebuilt = False
+        return effect
+
+    # --- freezing and locating ------------------------------------------------------------------
+
+    def _freeze(self, reason: str, detail: str, now: float, wall: float, out: list[Effect],
+                offset: int | None = None, keep: bool = False) -> None:
+        self.freeze = Freeze(reason, detail, wall, peer=None, offset=offset)
+        self.fetch = None
+        self.settle = None
+        if reason == "reset":
+            # We no longer know what the file holds; keep announcing what we last held.
+            self.ledger = None
+        out.append(Log(logging.ERROR, f"{self.name}: {reason.upper()}: {detail}; this file is "
+                                      "frozen until an operator resolves it"))
+        self.record_dirty = True
+        if keep:
+            return  # still loading: the caller finishes
+        self._refreeze_or_live()
+        self._persist(now, out, force=True)
+        self._announce(now, out, at_once=True)
+
+    def _diverge(self, peer: str, offset: int, detail: str, now: float, wall: float,
+                 out: list[Effect]) -> None:
+        if peer in self.diverged:
+            return
+        first = not self.frozen
+        self.diverged[peer] = Freeze("diverged", detail, wall, peer=peer, offset=offset)
+        view = self.peers.get(peer)
+        if view is not None:
+            view.state, view.verified = PeerState.DIVERGED, False
+        out.append(Log(logging.ERROR, f"{self.name}: DIVERGED from {peer}: {detail}; this file "
+                                      "is frozen (no bytes are written or sent) until an "
+                                      "operator resolves it"))
+        if self.adoption is None:
+            self.fetch = None
+        self._refreeze_or_live()
+        self._locate(peer, now, out)
+        self.record_dirty = True
+        self._persist(now, out, force=True)
+        if first:
+            self._announce(now, out, at_once=True)
+
+    def _locate(self, peer: str, now: float, out: list[Effect]) -> None:
+        """Ask a diverged peer for its block digests; the answers narrow it down to a byte."""
+        if self.ledger is None or not self.online.get(peer):
+            return
+        self.locating[peer] = now
+        out.append(Send(Kind.PROBE, Probe(ProbeWhat.SUMS, 0, self._sums_per_frame()), to=peer))
+
+    def _sums_per_frame(self) -> int:
+        return max(1, self.tuning.chunk_bytes // DIGEST_SIZE)
+
+    def _answer_probe(self, peer: str, p: Probe, snap: Snapshot, out: list[Effect]) -> None:
+        # Answered even when frozen: reading our own copy changes nothing.
+        ledger = self.ledger
+        if ledger is None:
+            return
+        if p.what is ProbeWhat.SUMS:
+            blocks = len(ledger.chain) - 1
+            start = min(p.start, blocks)
+            count = min(p.count, self._sums_per_frame(), blocks - start)
+            body = b"".join(ledger.chain[start + 1: start + 1 + count])
+        else:
+            start = min(p.start, ledger.size)
+            body = _first_read(snap)
+        out.append(Send(Kind.PROBED, Probed(p.what, start, ledger.size, body), to=peer))
+
+    def _narrow(self, peer: str, p: Probed, snap: Snapshot, out: list[Effect]) -> None:
+        ledger = self.ledger
+        found = self.diverged.get(peer)
+        if ledger is None or found is None or found.line is not None:
+            return
+        if p.what is ProbeWhat.SUMS:
+            theirs = [p.data[i: i + DIGEST_SIZE] for i in range(0, len(p.data), DIGEST_SIZE)]
+            block = first_differing_block(ledger.chain, theirs, p.start)
+            if block is None:
+                common = min(len(ledger.chain) - 1, p.size // BLOCK)
+                if p.start + len(theirs) < common:
+                    out.append(Send(Kind.PROBE, Probe(ProbeWhat.SUMS, p.start + len(theirs),
+                                                      self._sums_per_frame()), to=peer))
+                    return
+                block = common  # the full blocks agree: it is in the next one
+            out.append(Send(Kind.PROBE, Probe(ProbeWhat.BYTES, block * BLOCK, BLOCK), to=peer))
+            return
+        # What the file holds, shipped or not: that is what the operator compares.
+        ours = snap.get(p.start, p.start + len(p.data))
+        i = first_differing_byte(ours, p.data)
+        if i is None:
+            i = min(len(ours), len(p.data))  # one copy ends where the other goes on
+        self.diverged[peer] = dataclasses.replace(
+            found, offset=p.start + i, ours=line_around(ours, i), theirs=line_around(p.data, i))
+        out.append(FindLine(peer, p.start + i))
+
+    def _on_line_found(self, ev: LineFound, now: float, out: list[Effect]) -> None:
+        found = self.diverged.get(ev.peer)
+        if found is None or found.offset != ev.offset:
+            return
+        self.diverged[ev.peer] = dataclasses.replace(found, line=ev.line)
+        out.append(Log(logging.WARNING, f"{self.name}: copies of {self.node} and {ev.peer} "
+                                        f"first differ at byte {ev.offset} (line {ev.line})"))
+        self.record_dirty = True
+        self._persist(now, out, force=True)
+
+    # --- adoption -------------------------------------------------------------------------------
+
+    def _on_adopt(self, source: str, ticket: object, now: float, wall: float,
+                  out: list[Effect]) -> None:
+        if self.mode in (Mode.LOADING, Mode.UNREADABLE):
+            out.append(AdoptDone(ticket, {"error": f"{self.name} is not loaded yet"}))
+            return
+        if self.unsynced:
+            out.append(Sync(local=False))
+            out.append(Redeliver(AdoptRequested(source, ticket)))
+            return
+        if source == self.node:
+            out.append(Rehash("keep"))
+            self.adoption = Adoption(source, ticket)
+            return
+        reasons = [f.detail for f in ([self.freeze] if self.freeze else [])]
+        reasons += [f"diverged from {n}: {f.detail}" for n, f in self.diverged.items()]
+        self.adoption = Adoption(source, ticket)
+        self.own_removal_until = now + OWN_REMOVAL_WINDOW
+        out.append(Archive({"reason": "; ".join(reasons) or "operator adopted another copy",
+                            "adopted_from": source}))
+
+    def _on_archived(self, path: str, now: float, wall: float, out: list[Effect]) -> None:
+        ad = self.adoption
+        if ad is None:
+            return
+        ad.archive = path
+        out.append(Log(logging.WARNING, f"{self.name}: operator adopts {ad.peer}'s copy; ours "
+                                        f"is archived at {path}"))
+        self.ledger = Ledger()
+        self._rebuilt = True
+        self.freeze, self.diverged, self.note, self.intent = None, {}, None, None
+        self.settle = None
+        self.locating.clear()
+        self.fetch = None
+        self._adopt_stat(None)
+        self.position = Position.empty()
+        for view in self.peers.values():
+            view.verified, view.probed, view.state = False, False, PeerState.AHEAD
+        self.record_dirty = True
+        self._enter(Mode.ADOPTING)
+        self._persist(now, out, force=True)
+        out.append(LogCheck(restart=True))
+        self._announce(now, out, at_once=True)
+        ad.ask = max(1, int(wall * 1000))
+        self._maybe_fetch(now, out)
+
+    def _check_adopted(self, now: float, out: list[Effect]) -> None:
+        """Done when our durable copy equals a position the source announced after we asked."""
+        ad = self.adoption
+        if ad is None or self.mode is not Mode.ADOPTING or self.unsynced:
+            return
+        if ad.fresh is None or ad.fresh != self.position:
+            return
+        self.adoption = None
+        self._enter(Mode.LIVE)
+        out.append(Log(logging.INFO, f"{self.name}: now identical to {ad.peer}'s copy "
+                                     f"({self.position.size} bytes)"))
+        out.append(AdoptDone(ad.ticket, {"file": self.file, "archive": ad.archive,
+                                         "size": self.position.size}))
+        for peer, view in self.peers.items():
+            self._assess(peer, view, EMPTY, now, now, out)
+
+    def _keep_local(self, fresh: Ledger | None, st: Stat | None, now: float, wall: float,
+                    out: list[Effect]) -> None:
+        """The operator keeps this host's copy as it is now (after a deliberate clear())."""
+        ad = self.adoption
+        self.adoption = None
+        self.ledger = fresh if fresh is not None else Ledger()
+        self._rebuilt = True
+        self.freeze, self.diverged, self.note, self.intent = None, {}, None, None
+        self.locating.clear()
+        self._adopt_stat(st)
+        self.position = Position(self.ledger.size, self.ledger.digest())
+        for view in self.peers.values():
+            view.verified, view.probed = False, False
+        self.record_dirty = True
+        if self.mode is not Mode.LIVE:
+            self._enter(Mode.LIVE)
+        self._persist(now, out, force=True)
+        out.append(Log(logging.WARNING, f"{self.name}: operator keeps the local copy "
+                                        f"({self.position.size} bytes); replication resumes "
+                                        "from it"))
+        out.append(LogCheck(restart=True))
+        self._announce(now, out, at_once=True)
+        for peer, view in self.peers.items():
+            self._assess(peer, view, EMPTY, now, wall, out)
+        if ad is not None:
+            out.append(AdoptDone(ad.ticket, {"file": self.file, "archive": None,
+                                             "size": self.position.size}))
+
+    def adoption_progress(self) -> tuple[int, int]:
+        ad = self.adoption
+        view = self.peers.get(ad.peer) if ad else None
+        return self.position.size, view.position.size if view else 0
+
+    # --- status ---------------------------------------------------------------------------------
+
+    def state_word(self) -> str:
+        if self.mode is Mode.UNREADABLE:
+            return "error"
+        trouble = self.trouble.kind if self.trouble is not None else None
+        return file_state(self.frozen, self.mode is Mode.LOADING,
+                          [v.state for v in self.peers.values()], trouble)
+
+    def status(self) -> dict[str, Any]:
+        peers = {}
+        for node, v in sorted(self.peers.items()):
+            peers[node] = {
+                "size": v.position.size,
+                "state": v.state.value,
+                "frozen": v.frozen,
+                "online": self.online.get(node, False),
+                "lag_bytes": max(0, self.position.size - v.position.size),
+            }
+        t = self.trouble
+        return {
+            "key": self.key,
+            "file": self.file,
+            "size": self.position.size,
+            "file_size": self.file_stat.size if self.file_stat else 0,
+            "state": self.state_word(),
+            "mode": self.mode.value,
+            "role": self.role,
+            "paused": t.detail if t is not None and t.kind == "paused" else None,
+            "error": (self.load_error if self.mode is Mode.UNREADABLE else
+                      t.detail if t is not None and t.kind == "error" else None),
+            "note": self.note,
+            "adopting": self.adoption.peer if self.adoption else None,
+            "freeze": self.freeze.to_json() if self.freeze else None,
+            "diverged": {n: f.to_json() for n, f in sorted(self.diverged.items())},
+            "peers": peers,
+            **self.counters,
+        }
+
+    def peer_sizes_ahead(self) -> dict[str, int]:
+        return {n: v.position.size - self.position.size for n, v in self.peers.items()
+                if v.position.size > self.position.size and n not in self.diverged}
+
+
+def _first_read(snap: Snapshot) -> bytes:
+    """The one range a look (or a peer's data) reads: from Ledger.recheck_start() on."""
+    return next(iter(snap.reads.values()), b"")
+
+
+def effects_of_kind(effects: Iterable[Effect], kind: type) -> list[Any]:
+    """The effects of one type, in order (for tests and the simulator)."""
+    return [e for e in effects if isinstance(e, kind)]
