@@ -160,6 +160,11 @@ class Drained:
 
 
 @dataclass(frozen=True, slots=True)
+class Reconnected:
+    """A new broker connection: everyone must hear our position again."""
+
+
+@dataclass(frozen=True, slots=True)
 class PeerOnline:
     peer: str
     online: bool
@@ -280,7 +285,7 @@ class RoleChanged:
     role: str
 
 
-Event = (Loaded | LoadFailed | Look | Tick | Drained | PeerOnline | PeerPos | PeerData
+Event = (Loaded | LoadFailed | Look | Tick | Drained | Reconnected | PeerOnline | PeerPos | PeerData
          | PeerRequest | PeerRefuse | PeerProbe | PeerProbed | Reassess | Appended
          | AppendFailed | Synced | SyncFailed | Rehashed | Archived | ArchiveFailed | LineFound
          | AdoptRequested | ScrubMismatch | IoFailed | RoleChanged)
@@ -424,6 +429,10 @@ class Trouble:
     since: float  # wall clock
     retry_at: float
     attempts: int = 1
+    retrying: bool = False  # paused: the retry time came, the next append tries again
+
+    def blocks_appends(self) -> bool:
+        return self.kind == "paused" and not self.retrying
 
 
 @dataclass
@@ -505,8 +514,7 @@ class Machine:
             return self.adoption is not None and self.adoption.peer == peer
         if self.mode is not Mode.LIVE or self.role == "source":
             return False
-        return not (self.trouble is not None and self.trouble.kind == "paused"
-                    and now < self.trouble.retry_at)
+        return self.trouble is None or not self.trouble.blocks_appends()
 
     def may_ship(self) -> bool:
         """Whether local growth may be published."""
@@ -611,6 +619,10 @@ class Machine:
                     out.append(Sync(local=False))
                 else:
                     self._persist(now, out)
+            case Reconnected():
+                if self.mode not in (Mode.LOADING, Mode.UNREADABLE):
+                    self._announce(now, out, at_once=True)
+                    self._maybe_fetch(now, out)
             case PeerOnline(peer=peer, online=online):
                 self.online[peer] = online
                 self._maybe_fetch(now, out)
@@ -669,7 +681,7 @@ class Machine:
         """When this machine wants a Tick (monotonic), if at all."""
         times = [t for t in (
             self.fetch.deadline if self.fetch else None,
-            self.trouble.retry_at if self.trouble else None,
+            self.trouble.retry_at if self.trouble and not self.trouble.retrying else None,
             self.reload_at,
             self.announce_due,
             self.settle.since + SETTLE if self.settle else None,
@@ -839,7 +851,10 @@ class Machine:
     def _adopt_stat(self, st: Stat | None) -> None:
         self.file_stat = st
         self.inode = st.inode if st else None
-        self.seen = (st.size, st.mtime_ns) if st else None
+        # `seen` means "judged at this size and time": only when the ledger covers the file.
+        # A stat taken after a rehash may show bytes appended meanwhile, which a look must
+        # still find (else they stay unshipped until the next write).
+        self.seen = (st.size, st.mtime_ns) if st and st.size == self.held else None
 
     def _on_look(self, replaced: bool, snap: Snapshot, now: float, wall: float,
                  out: list[Effect]) -> None:
@@ -1235,8 +1250,7 @@ class Machine:
 
     def may_accept_any(self, now: float) -> bool:
         return (self.mode is Mode.LIVE and self.role != "source"
-                and not (self.trouble is not None and self.trouble.kind == "paused"
-                         and now < self.trouble.retry_at))
+                and (self.trouble is None or not self.trouble.blocks_appends()))
 
     # --- time ---------------------------------------------------------------------------------
 
@@ -1252,12 +1266,12 @@ class Machine:
                                          f"bytes up to {self.fetch.upto}; asking again"))
             self.fetch = None
         t = self.trouble
-        if t is not None and now >= t.retry_at:
+        if t is not None and not t.retrying and now >= t.retry_at:
             if t.kind == "error":
                 t.retry_at = now + min(LOOK_RETRY_MAX, LOOK_RETRY_MIN * 2 ** t.attempts)
                 out.append(LookAgain())
             else:
-                t.retry_at = now + PAUSE_RETRY
+                t.retrying = True  # fetch again; a failing append pauses us again
         if self.settle is not None and now - self.settle.since >= SETTLE:
             out.append(LookAgain())
         for peer, f in self.diverged.items():
@@ -1279,6 +1293,7 @@ class Machine:
         else:
             t.detail = detail
             t.attempts += 1
+            t.retrying = False
             t.retry_at = now + (retry if kind == "paused" else
                                 min(LOOK_RETRY_MAX, LOOK_RETRY_MIN * 2 ** t.attempts))
 
@@ -1316,15 +1331,6 @@ class Machine:
     def _flush_announce(self, now: float, out: list[Effect]) -> None:
         if self.announce_due is not None and now >= self.announce_due:
             self._announce(now, out, at_once=True)
-
-    def announce_now(self, now: float) -> list[Effect]:
-        """A new broker connection: everyone must hear our position again."""
-        if self.mode is Mode.LOADING or self.mode is Mode.UNREADABLE:
-            return []
-        out: list[Effect] = []
-        self._announce(now, out, at_once=True)
-        self._maybe_fetch(now, out)
-        return out
 
     def _record_now(self) -> FileRecord:
         st = self.file_stat if self.ledger is not None else None

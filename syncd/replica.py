@@ -50,6 +50,7 @@ from syncd.machine import (
     Mode,
     Persist,
     Reassess,
+    Reconnected,
     Redeliver,
     Rehash,
     Rehashed,
@@ -171,7 +172,7 @@ class Replica:
 
     def reconnected(self) -> None:
         """A new broker connection: announce our position again and fetch what we lack."""
-        self._run_effects_soon(self.machine.announce_now(asyncio.get_running_loop().time()))
+        self.deliver(Reconnected())
 
     def set_role(self, role: str) -> None:
         self.deliver(RoleChanged(role))
@@ -182,13 +183,6 @@ class Replica:
             self._busy = True
             self.host.busy += 1
         self._wake.set()
-
-    def _run_effects_soon(self, effects: list[Effect]) -> None:
-        for e in effects:
-            if isinstance(e, Send):
-                self.host.send(e.kind, self.key, self.file, e.payload, to=e.to, retain=e.retain)
-            else:  # pragma: no cover - announce_now only sends and asks
-                log.debug("%s: effect %r deferred", self.name, e)
 
     # --- the task -----------------------------------------------------------------------------
 

@@ -5,15 +5,16 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from syncd.ledger import Ledger, Position, block_start
+from syncd.ledger import BLOCK, Ledger, Position, block_start
 from syncd.reconcile import (
     LocalChange,
     PeerState,
     Verdict,
     choose_source,
-    classify_local,
+    first_change,
     file_state,
     judge_data,
+    judge_local,
     judge_peer,
     judge_request,
 )
@@ -135,16 +136,28 @@ def test_choose_source_takes_the_longest_usable_copy() -> None:
     assert choose_source(10, {"b": (20, True), "a": (20, True)}) == "a"
 
 
-def test_classify_local_changes() -> None:
+def test_judge_local_says_whether_our_history_is_still_a_prefix() -> None:
     ino = (1, 2)
-    assert classify_local(0, None, None, None) is LocalChange.NONE
-    assert classify_local(10, ino, (10, 5), None) is LocalChange.RESET
-    assert classify_local(10, ino, (10, 5), (1, 3, 20, 6)) is LocalChange.RESET  # new inode
-    assert classify_local(10, ino, (10, 5), (1, 2, 4, 6)) is LocalChange.RESET  # truncated
-    assert classify_local(10, ino, (10, 5), (1, 2, 20, 6)) is LocalChange.GROWTH
-    assert classify_local(10, ino, (20, 6), (1, 2, 20, 6)) is LocalChange.NONE  # torn, seen
-    assert classify_local(10, ino, (10, 5), (1, 2, 10, 9)) is LocalChange.TOUCHED
-    assert classify_local(10, ino, (10, 5), (1, 2, 10, 5)) is LocalChange.NONE
+    assert judge_local(0, None, None, None, None) is LocalChange.NONE
+    assert judge_local(10, ino, (10, 5), None, None) is LocalChange.REPLACED  # deleted
+    assert judge_local(10, ino, (10, 5), (1, 3, 20, 6), True) is LocalChange.REPLACED  # inode
+    assert judge_local(10, ino, (10, 5), (1, 2, 4, 6), None) is LocalChange.SHRUNK
+    assert judge_local(10, ino, (10, 5), (1, 2, 20, 6), True) is LocalChange.GROWTH
+    assert judge_local(10, ino, (10, 5), (1, 2, 20, 6), False) is LocalChange.EDITED
+    assert judge_local(10, ino, (20, 6), (1, 2, 20, 6), True) is LocalChange.NONE  # torn, seen
+    assert judge_local(10, ino, (10, 5), (1, 2, 10, 9), True) is LocalChange.TOUCHED
+    assert judge_local(10, ino, (10, 5), (1, 2, 10, 5), True) is LocalChange.NONE
+    assert judge_local(10, ino, None, (1, 2, 10, 5), False) is LocalChange.EDITED
+
+
+def test_first_change_names_the_byte_in_the_last_block_and_the_block_before() -> None:
+    old, new = ledger_of(b"a" * 100), ledger_of(b"a" * 40 + b"b" * 60)
+    assert first_change(old.chain, old.tail, old.size, new.chain, new.tail, new.size) == 40
+    big_old = ledger_of(b"x" * (BLOCK * 2 + 5))
+    big_new = ledger_of(b"x" * BLOCK + b"y" * (BLOCK + 5))
+    assert first_change(big_old.chain, big_old.tail, big_old.size, big_new.chain,
+                        big_new.tail, big_new.size) == BLOCK
+    assert first_change([], None, 10, new.chain, new.tail, new.size) == 0
 
 
 def test_file_state_words() -> None:
@@ -155,6 +168,8 @@ def test_file_state_words() -> None:
     assert file_state(None, False, [PeerState.BEHIND, PeerState.IN_SYNC]) == "ahead"
     assert file_state(None, False, [PeerState.IN_SYNC]) == "in_sync"
     assert file_state(None, False, []) == "alone"
+    assert file_state(None, False, [PeerState.IN_SYNC], "error") == "error"
+    assert file_state("diverged", False, [PeerState.IN_SYNC], "paused") == "diverged"
 
 
 @settings(max_examples=100, deadline=None)
