@@ -21,8 +21,10 @@ def broker(tmp_path: Path) -> Iterator[Broker]:
 def make_daemon(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
     made: list[Daemon] = []
 
-    def make(node: str, broker: Broker, start: bool = True, extra: str = "") -> Daemon:
-        d = Daemon(tmp_path, node, broker, extra=extra)
+    def make(node: str, broker: Broker, start: bool = True, extra: str = "",
+             tuning: str = Daemon.TEST_TUNING) -> Daemon:
+        """`extra`: more config lines; `tuning` replaces the test tuning (sweep_interval ...)."""
+        d = Daemon(tmp_path, node, broker, extra=extra, tuning=tuning)
         made.append(d)
         if start:
             d.start()
