@@ -917,7 +917,7 @@ class Machine:
             out.append(Rehash("check", why=why))
             return
         self.file_stat = st
-        if not self.may_ship():
+        if self.mode is not Mode.LIVE and self.mode is not Mode.FROZEN:
             self.seen = (st.size, st.mtime_ns)
             return
         if self.intent is not None and self.intent[1] == ledger.size and st.size <= self.intent[2]:
@@ -928,11 +928,16 @@ class Machine:
                          f"'replica' (bytes past offset {ledger.size})", now, wall, out,
                          offset=ledger.size)
             return
-        self._ship(snap, line_end, st, now, out)
+        self._ship(snap, line_end, st, now, out, send=self.may_ship())
 
     def _ship(self, snap: Snapshot, line_end: int, st: Stat, now: float,
-              out: list[Effect]) -> None:
-        """Send local growth: whole lines only, of bytes just re-read (the tail included)."""
+              out: list[Effect], send: bool = True) -> None:
+        """Send local growth: whole lines only, of bytes just re-read (the tail included).
+
+        A frozen copy (diverged, not reset) records its local lines without sending them:
+        its position then describes its file, so that an operator who adopts it gets the
+        copy as it is now.
+        """
         ledger = self.ledger
         assert ledger is not None
         start = ledger.size
@@ -952,11 +957,12 @@ class Machine:
         while pos < end:
             n = frames.piece_end(new, pos - start, end - start, chunk) - (pos - start)
             data = new[pos - start: pos - start + n]
-            out.append(Send(Kind.LIVE, Data(pos, ledger.digest(), data)))
+            if send:
+                out.append(Send(Kind.LIVE, Data(pos, ledger.digest(), data)))
+                self.counters["shipped_bytes"] += n
+                self.counters["shipped_frames"] += 1
             ledger.extend(data)
             pos += n
-            self.counters["shipped_bytes"] += n
-            self.counters["shipped_frames"] += 1
         if line_end > pos:
             out.append(LookAgain())  # more whole lines than one read: `seen` stays behind
         else:
@@ -1039,7 +1045,8 @@ class Machine:
         if view.state is PeerState.DIVERGED:
             self._diverge(peer, theirs.size, f"{peer} announced a copy of {theirs.size} bytes "
                           "whose prefix differs from ours", now, wall, out)
-        elif peer in self.diverged:
+        elif peer in self.diverged and view.frozen is None:
+            # Consistent with ours again, and no longer frozen itself: it adopted our copy.
             del self.diverged[peer]
             self.record_dirty = True
             out.append(Log(logging.WARNING, f"{self.name}: {peer}'s copy is consistent with "
