@@ -27,7 +27,7 @@ from syncd.frames import Announce, Data, Probe, Probed, Refuse, Request
 from syncd.groupsync import GroupSync
 from syncd.ledger import BLOCK, Ledger, Position, block_start
 from syncd.persist import FileRecord, Freeze, RecordStore
-from syncd.readiness import IncrementalVerifier, readiness
+from syncd.readiness import Facts, IncrementalVerifier, PeerFacts, decide
 from syncd.reconcile import (
     LocalChange,
     PeerState,
@@ -64,6 +64,10 @@ class Host(Protocol):
 
     def is_online(self, node: str) -> bool: ...
 
+    def offline_since(self, node: str) -> float | None: ...
+
+    def connected_since(self) -> float | None: ...
+
     def durable(self, key: str, file: str, size: int) -> None: ...
 
 
@@ -74,6 +78,12 @@ class PeerView:
     state: PeerState = PeerState.AHEAD
     verified: bool = False  # consistency checked for this position
     probed: bool = False  # a zero-length request was sent to check consistency
+    # For readiness (wall-clock times): when we last heard of this copy, last learned it
+    # grew (its host was writing), first saw it ahead of ours, first heard it frozen.
+    heard_at: float | None = None
+    grew_at: float | None = None
+    ahead_since: float | None = None
+    frozen_since: float | None = None
 
 
 @dataclass
@@ -541,15 +551,31 @@ class Replica:
     def _on_announce(self, sender: str, a: Announce) -> None:
         view = self.peers.get(sender)
         pos = Position(a.size, a.digest)
+        old = view
         if view is None or view.position != pos:
             view = PeerView(pos, a.frozen)
             self.peers[sender] = view
+        now = time.time()
+        view.heard_at = now
+        if old is not None and view is not old:  # readiness bookkeeping survives a new position
+            view.grew_at, view.ahead_since = old.grew_at, old.ahead_since
+            view.frozen_since = old.frozen_since
+        if old is not None and pos.size > old.position.size:
+            view.grew_at = now
+        if a.frozen is None:
+            view.frozen_since = None
+        elif old is None or old.frozen != a.frozen or view.frozen_since is None:
+            view.frozen_since = now
         view.frozen = a.frozen
         self._assess(sender, view)
         adoption.check_done(self)
         self._maybe_fetch()
 
     def _assess(self, sender: str, view: PeerView) -> None:
+        if view.position.size <= self.position.size:
+            view.ahead_since = None
+        elif view.ahead_since is None:
+            view.ahead_since = time.time()
         ledger = self.ledger
         if ledger is None:
             return
@@ -648,9 +674,12 @@ class Replica:
         self._adopt_stat(after)
         # The sender held exactly these bytes: its position is known without its announcement.
         view = self.peers.get(sender)
+        if view is not None:
+            view.heard_at = time.time()
         if view is not None and view.position.size < ledger.size:
             view.position, view.verified = Position(ledger.size, ledger.digest()), True
             view.state = PeerState.IN_SYNC
+            view.grew_at = view.heard_at
         if self.fetch is not None and self.fetch.peer == sender:
             self.fetch.deadline = time.monotonic() + self.host.request_timeout
 
@@ -867,6 +896,8 @@ class Replica:
                 "frozen": v.frozen,
                 "online": self.host.is_online(node),
                 "lag_bytes": max(0, self.position.size - v.position.size),
+                "offline_since": self.host.offline_since(node),
+                "heard_at": v.heard_at,
             }
         states = [v.state for v in self.peers.values()]
         if self.error:
@@ -876,19 +907,44 @@ class Replica:
         else:
             state = file_state(self.frozen, self.verifying, states)
         report = self.verifier.report()
-        ahead = {n: v.position.size - self.position.size for n, v in self.peers.items()
-                 if v.position.size > self.position.size and n not in self.diverged}
-        ready, why_not = readiness(state, self.frozen, ahead, report, self.verifier.size,
-                                   self.ledger.size if self.ledger else self.position.size)
+        now = time.time()
+        # The one definition of READY is readiness.decide; this only gathers what it needs.
+        facts = Facts(
+            now=now, state=state, freeze=self.freeze.reason if self.freeze else None,
+            freeze_since=self.freeze.since if self.freeze else None,
+            freeze_detail=self.freeze.detail if self.freeze else None,
+            size=self.ledger.size if self.ledger else self.position.size,
+            checked=self.verifier.size, report=report, checked_at=self.verifier.caught_up_at,
+            connected=self.host.connected_since() is not None,
+            connected_since=self.host.connected_since(),
+            trouble=self.error or (self.paused if state == "paused" else None),
+            adopting=self.adopting.peer if self.adopting else None, role=self.role,
+            note=self.note,
+            peers=tuple(
+                PeerFacts(
+                    name=node, online=self.host.is_online(node),
+                    offline_since=self.host.offline_since(node), size=v.position.size,
+                    ahead_by=(0 if node in self.diverged
+                              else max(0, v.position.size - self.position.size)),
+                    ahead_since=v.ahead_since, frozen=v.frozen, frozen_since=v.frozen_since,
+                    diverged=node in self.diverged,
+                    diverged_since=self.diverged[node].since if node in self.diverged else None,
+                    grew_at=v.grew_at, heard_at=v.heard_at)
+                for node, v in sorted(self.peers.items())),
+        )
+        verdict = decide(facts)
+        # What the file holds now, even while frozen (when nothing else looks at it).
+        st = store.stat(self.path)
         return {
             "key": self.key,
             "file": self.file,
             "path": str(self.path),
             "size": self.position.size,
-            "file_size": self.last_stat.size if self.last_stat else 0,
+            "file_size": st.size if st else 0,
             "state": state,
-            "ready": ready,
-            "not_ready": why_not,
+            "ready": verdict.ready,
+            "not_ready": verdict.not_ready,
+            "notes": verdict.notes,
             "log_check": {"bytes": self.verifier.size, "read": self.verifier.bytes_read,
                           "clean": report.clean if report else None,
                           "problems": dict(report.problem_counts) if report else {}},
