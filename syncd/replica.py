@@ -347,6 +347,11 @@ class Replica:
         rec, chain = loaded
         self.freeze, self.diverged, self.note = rec.freeze, dict(rec.diverged_peers), rec.note
         self.position = Position(rec.size, rec.digest)
+        if self.freeze is not None and self.freeze.reason == "reset":
+            # Still reset: keep announcing what we last held, as before the restart. The file
+            # is another history now; rehashing it (its inode may even be the old one, reused)
+            # would announce that history while frozen, and the peers would diverge from it.
+            return
         if st is None:
             if rec.size > 0 and self.freeze is None:
                 self._freeze("reset", f"file deleted while syncd was stopped (held {rec.size} "
