@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from syncd.cli.status import ready_report, render
 from syncd.readiness import (
     CHECK_GRACE,
     PEERS_SETTLE,
@@ -213,6 +214,38 @@ def test_every_reason_is_listed_at_once_in_a_stable_order() -> None:
     )
     why = reasons(many)
     assert [w.split(" ")[0] for w in why] == ["frozen", "not", "b", "c", "log"]
+
+
+def status_doc(*files: dict[str, Any]) -> dict[str, Any]:
+    return {"node": "b", "broker": "x:1", "connected": True, "peers": {"a": {"online": True}},
+            "files": list(files), "ready_count": {
+                "yes": sum(f["ready"] for f in files), "no": sum(not f["ready"] for f in files)}}
+
+
+def file_doc(key: str, ready: bool, not_ready: list[str], notes: list[str],
+             name: str = "events.jsonl") -> dict[str, Any]:
+    return {"key": key, "file": name, "size": 10, "file_size": 10, "state": "in_sync",
+            "ready": ready, "not_ready": not_ready, "notes": notes, "peers": {}, "diverged": {},
+            "freeze": None, "note": None}
+
+
+def test_ready_report_needs_every_file_of_every_key() -> None:
+    doc = status_doc(file_doc("k1", True, [], ["turn t in progress since line 3"]),
+                     file_doc("k2", True, [], []),
+                     file_doc("k2", False, ["a holds 5 more bytes"], [], name="other.jsonl"))
+    assert ready_report(doc, ("k1",)) == (
+        True, "k1: ready\n  events.jsonl: note: turn t in progress since line 3")
+    ok, text = ready_report(doc, ("k1", "k2"))
+    assert not ok and "k2: NOT READY\n  other.jsonl: a holds 5 more bytes" in text
+    ok, text = ready_report(doc, ("zz",))
+    assert not ok and text == "zz: NOT READY: b replicates no file of this key"
+
+
+def test_text_status_shows_reasons_notes_and_the_count() -> None:
+    text = render(status_doc(file_doc("k1", False, ["a announces its copy reset"], ["n1"])))
+    assert "k1/events.jsonl: not ready to take over: a announces its copy reset" in text
+    assert "k1/events.jsonl: n1" in text
+    assert text.endswith("ready to take over: 0 of 1 files")
 
 
 # --- end to end ----------------------------------------------------------------------------
