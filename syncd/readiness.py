@@ -199,7 +199,7 @@ class Facts:
     freeze_detail: str | None
     size: int  # bytes we hold, durable and accounted for
     checked: int  # bytes the log checks have read
-    report: Report | None  # their verdict on those bytes (None while a catch-up runs)
+    report: Report | None  # their verdict on the bytes read so far (None before the first)
     checked_at: float | None  # when the checks last reached the end they were sent to
     connected: bool  # to the broker
     connected_since: float | None
@@ -270,7 +270,7 @@ def decide(f: Facts) -> Verdict:
             wrote = (p.grew_at is not None and p.offline_since is not None
                      and p.offline_since - p.grew_at < WRITER_SETTLE)
             if wrote and p.offline_since is not None and f.now - p.offline_since < WRITER_SETTLE:
-                why.append(f"{p.name} went offline{_since(p.offline_since)} while writing: its "
+                why.append(f"{p.name} went offline at {when(p.offline_since)} while writing: its "
                            f"last bytes may still be on their way (wait {WRITER_SETTLE:g} s)")
             elif p.ahead_by <= 0 and p.frozen is None and not p.diverged:
                 notes.append(f"{p.name} offline{_since(p.offline_since)}: what it wrote after "

@@ -126,7 +126,7 @@ def test_a_peer_holding_more_is_a_reason_online_or_not() -> None:
 def test_a_writer_that_just_went_offline_is_waited_for() -> None:
     writer = peer(online=False, offline_since=NOW - 0.5, grew_at=NOW - 0.7)
     assert reasons(facts(peers=(writer,))) == [
-        f"a went offline since {when(NOW - 0.5)} while writing: its last bytes may still be "
+        f"a went offline at {when(NOW - 0.5)} while writing: its last bytes may still be "
         f"on their way (wait {WRITER_SETTLE:g} s)"]
     # Once WRITER_SETTLE has passed: ready, with a note.
     later = decide(facts(now=NOW + WRITER_SETTLE, peers=(writer,)))
@@ -381,6 +381,7 @@ def test_writer_clear_makes_the_standby_not_ready(
         assert f"{KEY}: NOT READY" in done.stdout and "a announces its copy reset" in done.stdout
         js = json.loads(syncd("status", "--json", "--config", str(b.config)).stdout)
         assert js["ready_count"] == {"yes": 0, "no": 1}
+        assert syncd("status", "--config", str(b.config)).returncode == 1  # a freeze in view
         # The writer: frozen, showing both what it replicated and what its file holds now.
         w = wait_until(lambda: (f := file_of(a)) and f["state"] == "reset"
                        and f["file_size"] == len(content(a.path(KEY))) and f, 10, "a's status")

@@ -1,7 +1,9 @@
 """`syncd status`: what the running daemon sees, per key and file and per peer.
 
 Exit status: 0 all good; 1 some file is frozen (diverged, reset) or stuck (paused: disk
-full; error: unreadable); 2 the daemon could not be asked.
+full; error: unreadable), here or, as a peer announces it, on a peer (a writer's clear() leaves
+every standby's copy in_sync, and only the writer's announcement tells); 2 the daemon could
+not be asked.
 
 `syncd status --ready KEY [KEY...]` is for failover scripts: exit 0 only when this host can
 take over every named key now (every file of it READY), 1 otherwise, with the reasons; 2
@@ -52,7 +54,8 @@ def command(config_path: Path, as_json: bool, ready_keys: bool, keys: tuple[str,
         click.echo(orjson.dumps(status, option=orjson.OPT_INDENT_2).decode())
     else:
         click.echo(render(status))
-    if any(f["state"] in PROBLEM_STATES for f in status["files"]):
+    if any(f["state"] in PROBLEM_STATES or any(p["frozen"] for p in f["peers"].values())
+           for f in status["files"]):
         sys.exit(1)
 
 
