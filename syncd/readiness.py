@@ -185,7 +185,10 @@ class PeerFacts:
     diverged: bool  # our copy and its copy differ inside their common prefix
     diverged_since: float | None
     grew_at: float | None  # when we last learned its copy grew (it was writing)
-    heard_at: float | None  # when we last heard of its copy at all
+    # When we last heard of its copy at all. Shown, not a reason: positions are retained and
+    # announced on every change, so an old heard_at only means its copy has not changed; what
+    # makes our knowledge stale is the broker connection (Facts.connected, connected_since).
+    heard_at: float | None
 
 
 @dataclass(frozen=True)
