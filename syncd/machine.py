@@ -413,6 +413,12 @@ class PeerView:
     state: PeerState = PeerState.AHEAD
     verified: bool = False  # consistency checked for this position
     probed: bool = False  # a zero-length request was sent to check consistency
+    # For readiness (wall-clock times): when we last heard of this copy, last learned it
+    # grew (its host was writing), first saw it ahead of ours, first heard it frozen.
+    heard_at: float | None = None
+    grew_at: float | None = None
+    ahead_since: float | None = None
+    frozen_since: float | None = None
 
 
 @dataclass
@@ -648,7 +654,7 @@ class Machine:
             case LineFound():
                 self._on_line_found(event, now, out)
             case Appended():
-                self._on_appended(event, now, out)
+                self._on_appended(event, now, wall, out)
             case AppendFailed(kind=kind, detail=detail):
                 self._on_append_failed(kind, detail, now, wall, out)
             case Synced():
@@ -715,6 +721,12 @@ class Machine:
         self.freeze, self.diverged, self.note = rec.freeze, dict(rec.diverged_peers), rec.note
         self.intent = rec.intent
         self.position = Position(rec.size, rec.digest)
+        if self.freeze is not None and self.freeze.reason == "reset":
+            # Still reset: keep announcing what we last held, as before the restart. The file
+            # is another history now; rehashing it (its inode may even be the old one, reused)
+            # would announce that history while frozen, and the peers would diverge from it.
+            self._finish_load_frozen(out)
+            return
         if st is None:
             if rec.size > 0:
                 if self.freeze is None:
@@ -1005,11 +1017,21 @@ class Machine:
 
     def _on_announce(self, peer: str, a: Announce, snap: Snapshot, now: float, wall: float,
                      out: list[Effect]) -> None:
-        view = self.peers.get(peer)
+        old = view = self.peers.get(peer)
         pos = Position(a.size, a.digest)
         if view is None or view.position != pos:
             view = PeerView(pos, a.frozen)
             self.peers[peer] = view
+        view.heard_at = wall
+        if old is not None and view is not old:  # readiness bookkeeping survives a new position
+            view.grew_at, view.ahead_since = old.grew_at, old.ahead_since
+            view.frozen_since = old.frozen_since
+        if old is not None and pos.size > old.position.size:
+            view.grew_at = wall
+        if a.frozen is None:
+            view.frozen_since = None
+        elif old is None or old.frozen != a.frozen or view.frozen_since is None:
+            view.frozen_since = wall
         view.frozen = a.frozen
         ad = self.adoption
         if ad is not None and ad.peer == peer and ad.ask and a.answers == ad.ask:
@@ -1020,6 +1042,10 @@ class Machine:
 
     def _assess(self, peer: str, view: PeerView, snap: Snapshot, now: float, wall: float,
                 out: list[Effect]) -> None:
+        if view.position.size <= self.position.size:
+            view.ahead_since = None
+        elif view.ahead_since is None:
+            view.ahead_since = wall
         ledger = self.ledger
         if ledger is None:
             return
@@ -1116,7 +1142,7 @@ class Machine:
                       f"({len(local)} bytes), while {peer} sent other bytes for that offset",
                       now, wall, out)
 
-    def _on_appended(self, ev: Appended, now: float, out: list[Effect]) -> None:
+    def _on_appended(self, ev: Appended, now: float, wall: float, out: list[Effect]) -> None:
         ledger = self.ledger
         assert ledger is not None
         ledger.extend(ev.data)
@@ -1130,9 +1156,12 @@ class Machine:
             self.trouble = None
         # The sender held exactly these bytes: its position is known without an announcement.
         view = self.peers.get(ev.peer)
+        if view is not None:
+            view.heard_at = wall
         if view is not None and view.position.size < ledger.size:
             view.position, view.verified = Position(ledger.size, ledger.digest()), True
             view.state = PeerState.IN_SYNC
+            view.grew_at = wall
         if self.fetch is not None and self.fetch.peer == ev.peer:
             self.fetch.deadline = now + self.tuning.request_timeout
         if self.unsynced >= self.tuning.fetch_window:

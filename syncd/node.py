@@ -85,6 +85,10 @@ class Node:
         self.records = RecordStore(config.state_dir)
         self.replicas: dict[tuple[str, str], Replica] = {}
         self.presence: dict[str, bool] = {}
+        # node -> wall time its presence last changed as heard here (first heard, at start):
+        # readiness says how long a peer has been offline.
+        self.presence_since: dict[str, float] = {}
+        self._connected_at: float | None = None  # wall time of the last broker connection
         self.rejected = 0
         self._refused_keys: set[str] = set()
         self._listed_mtime: int | None = None
@@ -123,6 +127,14 @@ class Node:
 
     def is_online(self, node: str) -> bool:
         return self.presence.get(node, False)
+
+    def offline_since(self, node: str) -> float | None:
+        if self.presence.get(node, True):
+            return None
+        return self.presence_since.get(node)
+
+    def connected_since(self) -> float | None:
+        return self._connected_at if self.link.connected.is_set() else None
 
     def durable(self, key: str, file: str, size: int) -> None:
         for hook in self._durable_hooks:
@@ -317,6 +329,7 @@ class Node:
     # --- the link ---------------------------------------------------------------------------
 
     async def _on_connected(self) -> None:
+        self._connected_at = time.time()
         for r in self.replicas.values():
             r.reconnected()
 
@@ -339,6 +352,7 @@ class Node:
             was = self.presence.get(t.sender)
             self.presence[t.sender] = body.online
             if was != body.online:
+                self.presence_since[t.sender] = time.time()
                 log.info("peer %s is %s", t.sender, "online" if body.online else "offline")
                 for each in self.replicas.values():
                     each.deliver(PeerOnline(t.sender, body.online))
@@ -361,11 +375,15 @@ class Node:
 
     def status(self) -> dict[str, Any]:
         files = [r.status() for _, r in sorted(self.replicas.items())]
+        ready = sum(1 for f in files if f["ready"])
         return {
             "node": self.node,
             "broker": self.link.broker,
             "connected": self.link.connected.is_set(),
-            "peers": {n: {"online": o} for n, o in sorted(self.presence.items())},
+            "connected_since": self.connected_since(),
+            "peers": {n: {"online": o, "since": self.presence_since.get(n)}
+                      for n, o in sorted(self.presence.items())},
+            "ready_count": {"yes": ready, "no": len(files) - ready},
             "rejected_frames": self.rejected,
             "uptime_s": round(time.time() - self.started, 1),
             "files": files,

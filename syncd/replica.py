@@ -66,7 +66,7 @@ from syncd.machine import (
     Tuning,
 )
 from syncd.persist import RecordStore
-from syncd.readiness import IncrementalVerifier, readiness
+from syncd.readiness import Facts, IncrementalVerifier, PeerFacts, decide
 
 log = logging.getLogger("syncd.replica")
 
@@ -91,6 +91,10 @@ class Host(Protocol):
              to: str = "", retain: bool = False) -> None: ...
 
     def durable(self, key: str, file: str, size: int) -> None: ...
+
+    def offline_since(self, node: str) -> float | None: ...
+
+    def connected_since(self) -> float | None: ...
 
 
 class Replica:
@@ -391,15 +395,46 @@ class Replica:
         m = self.machine
         report = self.verifier.report()
         out = m.status()
-        state = out["state"]
-        assert isinstance(state, str)
-        ready, why_not = readiness(state, m.frozen, m.peer_sizes_ahead(), report,
-                                   self.verifier.size,
-                                   m.ledger.size if m.ledger else m.position.size)
+        state = str(out["state"])
+        host = self.host
+        # The one definition of READY is readiness.decide; this only gathers what it needs.
+        trouble = out["error"] or (out["paused"] if state == "paused" else None)
+        facts = Facts(
+            now=time.time(), state=state, freeze=m.freeze.reason if m.freeze else None,
+            freeze_since=m.freeze.since if m.freeze else None,
+            freeze_detail=m.freeze.detail if m.freeze else None,
+            size=m.ledger.size if m.ledger else m.position.size,
+            checked=self.verifier.size, report=report, checked_at=self.verifier.caught_up_at,
+            connected=host.connected_since() is not None,
+            connected_since=host.connected_since(),
+            trouble=str(trouble) if trouble else None,
+            adopting=m.adoption.peer if m.adoption else None, role=m.role, note=m.note,
+            peers=tuple(
+                PeerFacts(
+                    name=node, online=m.online.get(node, False),
+                    offline_since=host.offline_since(node), size=v.position.size,
+                    ahead_by=(0 if node in m.diverged
+                              else max(0, v.position.size - m.position.size)),
+                    ahead_since=v.ahead_since, frozen=v.frozen, frozen_since=v.frozen_since,
+                    diverged=node in m.diverged,
+                    diverged_since=m.diverged[node].since if node in m.diverged else None,
+                    grew_at=v.grew_at, heard_at=v.heard_at)
+                for node, v in sorted(m.peers.items())),
+        )
+        verdict = decide(facts)
+        peers = out["peers"]
+        assert isinstance(peers, dict)
+        for node, p in peers.items():
+            p["offline_since"] = host.offline_since(node)
+            p["heard_at"] = m.peers[node].heard_at
+        # What the file holds now, even while frozen (when nothing else looks at it).
+        st = store.stat(self.path)
         out.update(
             path=str(self.path),
-            ready=ready,
-            not_ready=why_not,
+            file_size=st.size if st else 0,
+            ready=verdict.ready,
+            not_ready=verdict.not_ready,
+            notes=verdict.notes,
             log_check={"bytes": self.verifier.size, "read": self.verifier.bytes_read,
                        "clean": report.clean if report else None,
                        "problems": dict(report.problem_counts) if report else {}},

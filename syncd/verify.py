@@ -17,7 +17,7 @@ ships them, so a standby never holds them either).
 The checks that need memory keep only per-turn and per-id bookkeeping:
 - turns, by turnId: "pre" (entries seen, no turn.start yet), "open" (started), "ended" (a
   terminal event turn.done / turn.failed / turn.aborted seen). turn.start must be the first
-  entry of its turn and the terminal event its last;
+  entry of its turn and the terminal event its last, with the exceptions below;
 - assistant tool calls waiting for a later result with the same toolCallId;
 - the ids of all entries (as 64-bit digests, see _id_digest) and the compacts whose anchor
   (data.lastEntryId) had not been seen when they were read: an anchor may name any entry of
@@ -25,14 +25,46 @@ The checks that need memory keep only per-turn and per-id bookkeeping:
 Problems found line by line are recorded as they happen (the first MAX_LISTED of each kind,
 with exact counts); the others are derived from the bookkeeping by report(), which changes
 nothing, so it may be called at any time.
+
+The seed's rules, and the exceptions it states itself
+-----------------------------------------------------
+"turn.start 第一行、终结事件最后一行" (turn.start first, the terminal event last) is a rule
+about the entries the runtime writes inside a turn. The seed names what is written outside a
+turn's window, and each is checked accordingly (information, never a problem):
+
+1. Late narrative projections. "写入两只手：每步结束后按 turn.step 事件补投影，准备请求时再扫
+   一次补漏 ... turnId 沿用来源 assistant 条目的值" (two writers: after each step, and again
+   while preparing the next request, the catch-up pass; the turnId is the source assistant
+   entry's). So an `ishiki.narrative` entry may follow its turn's terminal event: counted in
+   Report.late_projections, not reported as entry_after_turn_end.
+2. Compaction entries. "ishiki.chat.shake、ishiki.chat.compact、ishiki.compact 不带 turnId"
+   (they carry no turnId), written "准备请求时" (while preparing a request) or "在回合结束时"
+   (at the end of a turn, ishiki.compact): they belong to no turn, so no turn rule applies
+   to them, wherever they are.
+3. Input between turns. "没有进行中的回合时落成不带 turnId 的 message 条目" (with no turn in
+   progress a platform message is written without a turnId) and "不带 turnId 的行属于回合之外
+   的输入" (lines without a turnId are input outside any turn): no turn rule applies.
+4. Not exceptions: `ishiki.images` and `ishiki.codemode.store` carry the turnId and are
+   written "同批追加的尾部" (at the tail of the same append) as the turn's assistant message,
+   "所以它总是排在那一轮的 assistant 消息之后" (so always after that turn's assistant message),
+   i.e. inside the turn, before its terminal event (the seed's timeline shows ishiki.images
+   between the assistant message and turn.done). After the terminal event they are still
+   entry_after_turn_end.
+5. A turn in progress. The runtime writes turn.start when a turn begins and the terminal
+   event when it ends, so a live log is mid-turn most of the time: the last turn started,
+   not ended, with no turn started after it, is Report.turn_in_progress (information). An
+   unfinished turn followed by a later turn.start is damage (open_turn): turns run one at a
+   time ("turn.queued" waits), so the earlier one can no longer end.
 """
 
 from __future__ import annotations
 
 import base64
 import bisect
+import dataclasses
 import hashlib
 import sys
+import time
 from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -41,7 +73,7 @@ from typing import Any
 
 import orjson
 
-STATE_VERSION = 1
+STATE_VERSION = 2
 
 # Enough to act on; a file with more bad lines than this is broken as a whole.
 MAX_LISTED = 1000
@@ -50,6 +82,8 @@ TURN_START = "turn.start"
 TURN_TERMINALS = ("turn.done", "turn.failed", "turn.aborted")
 TURN_EVENTS = (TURN_START, *TURN_TERMINALS)
 COMPACT_TYPES = frozenset({"ishiki.compact", "ishiki.chat.compact"})
+# Entries the seed says may be written after their turn's terminal event (see the header).
+LATE_PROJECTION_TYPES = frozenset({"ishiki.narrative"})
 
 # The AI SDK's ModelMessage parts ("tool-call", "tool-result") are what @yesimagent/core writes;
 # the other spellings are what neighbouring SDKs write, accepted so that a foreign log is not
@@ -108,6 +142,20 @@ class Problem:
 
 
 @dataclass(frozen=True)
+class TurnInProgress:
+    """The last turn started and not ended yet: a live log's normal state, not a problem."""
+
+    turn_id: str
+    line: int  # of its turn.start
+    offset: int
+    timestamp: int | float | None  # the turn.start entry's timestamp (ms since the epoch)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"turn_id": self.turn_id, "line": self.line, "offset": self.offset,
+                "timestamp": self.timestamp}
+
+
+@dataclass(frozen=True)
 class Report:
     bytes_checked: int  # every byte fed, the torn tail included
     lines: int  # complete (newline-terminated) lines
@@ -118,10 +166,27 @@ class Report:
     turn_events: Mapping[str, int]  # the four persisted turn events, all four keys
     entry_types: Mapping[str, int]  # `jq -r .type | sort | uniq -c`
     message_types: Mapping[str, int]  # `select(.type=="message") | .data.type // .data.role`
+    # Information, not problems (see the header): entries after their turn's end that the seed
+    # allows, by type, and the turn in progress at the tail.
+    late_projections: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    turn_in_progress: TurnInProgress | None = None
 
     @property
     def clean(self) -> bool:
         return not self.problem_counts
+
+    @property
+    def notes(self) -> list[str]:
+        """The information above in words (status and verify print these)."""
+        out = []
+        if self.turn_in_progress is not None:
+            t = self.turn_in_progress
+            out.append(f"turn {t.turn_id} in progress since line {t.line}"
+                       + (f" ({_ms_text(t.timestamp)})" if t.timestamp is not None else ""))
+        for kind, count in self.late_projections.items():
+            out.append(f"late {kind} entries: {count} (written after their turn ended, "
+                       "as the seed allows)")
+        return out
 
     @property
     def problem_total(self) -> int:
@@ -144,7 +209,18 @@ class Report:
             "turn_events": dict(self.turn_events),
             "entry_types": dict(self.entry_types),
             "message_types": dict(self.message_types),
+            "late_projections": dict(self.late_projections),
+            "turn_in_progress": (self.turn_in_progress.to_json()
+                                 if self.turn_in_progress is not None else None),
+            "notes": self.notes,
         }
+
+
+def _ms_text(ms: int | float) -> str:
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(ms / 1000))
+    except (OverflowError, OSError, ValueError):
+        return str(ms)
 
 
 def _id_digest(entry_id: str) -> int:
@@ -260,6 +336,10 @@ class LogChecker:
         self._ended_turns: dict[str, int] = {}
         # turn id -> [first late line, its offset, how many late lines]
         self._late_turns: dict[str, list[int]] = {}
+        # entry type -> late entries the seed allows (LATE_PROJECTION_TYPES)
+        self._late_projections: dict[str, int] = {}
+        # [turn id, timestamp of its turn.start] of the turn started last
+        self._last_start: list[Any] | None = None
         self._tool_calls: dict[str, list[_CallSite]] = {}
         self._entry_ids = _IdSet()
         self._anchors: list[_AnchorSite] = []
@@ -357,9 +437,13 @@ class LogChecker:
                 )
 
         if type(turn_id) is str:
-            self._track_turn(turn_id, event_type, line, offset)
+            self._track_turn(turn_id, event_type, entry_type, line, offset)
+            if event_type == TURN_START:
+                stamp = entry.get("timestamp")
+                self._last_start = [turn_id, stamp if type(stamp) in (int, float) else None]
 
-    def _track_turn(self, turn_id: str, event_type: Any, line: int, offset: int) -> None:
+    def _track_turn(self, turn_id: str, event_type: Any, entry_type: str, line: int,
+                    offset: int) -> None:
         is_start = event_type == TURN_START
         is_terminal = event_type in TURN_TERMINALS
         if turn_id in self._open_turns:
@@ -380,6 +464,11 @@ class LogChecker:
             return
         ended_at = self._ended_turns.get(turn_id)
         if ended_at is not None:
+            if entry_type in LATE_PROJECTION_TYPES:
+                # The seed's catch-up pass (see the header): information, not damage.
+                counts = self._late_projections
+                counts[entry_type] = counts.get(entry_type, 0) + 1
+                return
             late = self._late_turns.get(turn_id)
             if late is None:
                 self._late_turns[turn_id] = [line, offset, 1]
@@ -498,13 +587,20 @@ class LogChecker:
                     turn_id=turn_id,
                 )
             )
+        in_progress = None
+        last = self._last_start
         for turn_id, (line, offset) in self._open_turns.items():
+            if last is not None and last[0] == turn_id:
+                # Nothing started after it: the turn the writer is in now.
+                in_progress = TurnInProgress(turn_id, line, offset, last[1])
+                continue
             derived.append(
                 Problem(
                     ProblemKind.OPEN_TURN,
                     line,
                     offset,
-                    f"turn {turn_id} started but never ended",
+                    f"turn {turn_id} started but never ended "
+                    f"(turn {last[0] if last else '?'} started after it)",
                     turn_id=turn_id,
                 )
             )
@@ -567,6 +663,8 @@ class LogChecker:
             turn_events=dict(self._turn_events),
             entry_types=dict(sorted(self._entry_types.items())),
             message_types=dict(sorted(self._message_types.items())),
+            late_projections=dict(sorted(self._late_projections.items())),
+            turn_in_progress=in_progress,
         )
 
     def _torn_tail(self) -> Problem:
@@ -602,6 +700,8 @@ class LogChecker:
             "open_turns": self._open_turns,
             "ended_turns": self._ended_turns,
             "late_turns": self._late_turns,
+            "late_projections": self._late_projections,
+            "last_start": self._last_start,
             "tool_calls": self._tool_calls,
             "entry_ids": base64.b64encode(_pack_ids(self._entry_ids)).decode(),
             "anchors": self._anchors,
@@ -628,6 +728,8 @@ class LogChecker:
         checker._open_turns = {k: (v[0], v[1]) for k, v in state["open_turns"].items()}
         checker._ended_turns = state["ended_turns"]
         checker._late_turns = state["late_turns"]
+        checker._late_projections = state["late_projections"]
+        checker._last_start = state["last_start"]
         checker._tool_calls = {
             call_id: [(s[0], s[1], s[2], s[3]) for s in sites]
             for call_id, sites in state["tool_calls"].items()

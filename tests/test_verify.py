@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from syncd import verify
-from syncd.verify import LogChecker, Problem, ProblemKind, Report
+from syncd.verify import LogChecker, Problem, ProblemKind, Report, TurnInProgress
 
 FIXTURES = Path(__file__).parent / "fixtures" / "verify"
 T1 = "e061c676-0701-4e5c-b2c8-565cf9462c91"
@@ -149,17 +149,11 @@ def test_torn_tail_is_reported_with_its_offset() -> None:
     )
 
 
-def test_open_turn_is_reported_at_its_turn_start() -> None:
+def test_a_turn_in_progress_at_the_tail_is_information_not_a_problem() -> None:
     report = fixture_report("open_turn.jsonl")
-    assert report.problems == (
-        Problem(
-            ProblemKind.OPEN_TURN,
-            10,
-            offset_of(10),
-            f"turn {T2} started but never ended",
-            turn_id=T2,
-        ),
-    )
+    assert report.clean
+    assert report.turn_in_progress == TurnInProgress(T2, 10, offset_of(10), 1793531112352)
+    assert report.notes == [f"turn {T2} in progress since line 10 (2026-11-01 11:05:12Z)"]
     assert report.turn_events["turn.start"] == 2
     assert report.turn_events["turn.done"] == 1
 
@@ -229,7 +223,7 @@ def test_turn_events_and_counts() -> None:
 
 def test_turn_id_only_in_the_event_data_still_counts() -> None:
     start = line({"id": "s", "type": "event", "data": {"type": "turn.start", "turnId": "x"}})
-    assert kinds(check(start)) == [("open_turn", 1)]
+    assert check(start).turn_in_progress == TurnInProgress("x", 1, 0, None)
     done = line({"id": "d", "type": "event", "data": {"type": "turn.done", "turnId": "x"}})
     assert check(start + done).clean
 
@@ -255,6 +249,92 @@ def test_entry_after_the_terminal_event() -> None:
     assert report.turn_events["turn.done"] == 2
 
 
+def narrative(turn_id: str, entry_id: str = "n") -> bytes:
+    # The shape of packages/narrative's entries is not in the seed; only type and turnId matter.
+    return line({"id": entry_id, "type": "ishiki.narrative", "data": {"text": "阿岚笑了"},
+                 "timestamp": 2, "turnId": turn_id})
+
+
+def test_late_narrative_projections_are_information() -> None:
+    # The seed: the narrative engine projects again "准备请求时" (while preparing the next
+    # request), keeping the source assistant entry's turnId, so after that turn's turn.done.
+    log = (
+        event("turn.start", "a")
+        + message({"role": "assistant", "content": "x"}, "a")
+        + event("turn.done", "a")
+        + narrative("a")
+        + event("turn.start", "b")
+        + narrative("a", "n2")
+        + event("turn.done", "b")
+        + narrative("b")
+    )
+    report = check(log)
+    assert report.clean and report.problems == ()
+    assert report.late_projections == {"ishiki.narrative": 3}
+    assert report.turn_in_progress is None
+    assert report.notes == [
+        "late ishiki.narrative entries: 3 (written after their turn ended, as the seed allows)"
+    ]
+    assert report.to_json()["late_projections"] == {"ishiki.narrative": 3}
+
+
+def test_narrative_inside_its_turn_is_not_counted_as_late() -> None:
+    log = event("turn.start", "a") + narrative("a") + event("turn.done", "a")
+    report = check(log)
+    assert report.clean and report.late_projections == {}
+
+
+def test_other_turn_entries_after_the_end_are_still_problems() -> None:
+    # ishiki.images and ishiki.codemode.store are written in the same append as the turn's
+    # assistant message, inside the turn: after its end they mean damage (see verify.py).
+    for late_type in ("ishiki.images", "ishiki.codemode.store"):
+        late = line({"id": "i", "type": late_type, "data": {}, "timestamp": 3, "turnId": "a"})
+        report = check(event("turn.start", "a") + event("turn.done", "a") + late)
+        assert kinds(report) == [("entry_after_turn_end", 3)], late_type
+        assert report.late_projections == {}
+
+
+def test_compaction_entries_belong_to_no_turn() -> None:
+    # The seed: "ishiki.chat.shake、ishiki.chat.compact、ishiki.compact 不带 turnId", written
+    # while preparing a request or at a turn's end: between turns or inside one, never damage.
+    shake = line({"id": "s", "type": "ishiki.chat.shake", "data": {}, "timestamp": 4})
+    log = (
+        message({"role": "user", "content": "hi"})
+        + event("turn.start", "a")
+        + shake
+        + event("turn.done", "a")
+        + compact("ishiki.compact", "m")
+    )
+    assert check(log).clean
+
+
+def test_an_unfinished_turn_followed_by_a_later_turn_is_damage() -> None:
+    log = (
+        event("turn.start", "a")
+        + event("turn.start", "b")
+        + event("turn.done", "b")
+        + message({"role": "user", "content": "hi"})
+    )
+    report = check(log)
+    assert [(p.kind.value, p.line, p.message) for p in report.problems] == [
+        ("open_turn", 1, "turn a started but never ended (turn b started after it)"),
+    ]
+    assert report.turn_in_progress is None
+    # ... and the turn started last, still open, is the one in progress.
+    more = check(log + event("turn.start", "c", "c1"))
+    assert kinds(more) == [("open_turn", 1)]
+    assert more.turn_in_progress is not None and more.turn_in_progress.turn_id == "c"
+
+
+def test_turn_in_progress_ends() -> None:
+    checker = LogChecker()
+    checker.feed(event("turn.start", "a"))
+    assert checker.report().turn_in_progress is not None
+    checker.feed(narrative("a") + event("turn.done", "a"))
+    report = checker.report()
+    assert report.clean and report.turn_in_progress is None and report.notes == []
+
+
 def test_turn_start_must_be_the_first_entry_of_its_turn() -> None:
     log = message({"role": "user", "content": "hi"}, "a") + event("turn.start", "a")
     assert [(p.kind.value, p.line, p.message) for p in check(log).problems] == [
@@ -263,8 +343,8 @@ def test_turn_start_must_be_the_first_entry_of_its_turn() -> None:
             2,
             "turn.start of turn a comes after entries of that turn (the first at line 1)",
         ),
-        ("open_turn", 2, "turn a started but never ended"),
     ]
+    assert check(log).turn_in_progress == TurnInProgress("a", 2, len(log.splitlines()[0]) + 1, 1)
 
 
 def test_turns_without_a_start() -> None:
@@ -381,9 +461,9 @@ def test_counts_print_like_jq_for_odd_values() -> None:
 def test_listed_problems_are_capped_but_counted(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(verify, "MAX_LISTED", 3)
     report = check(b"{\n" * 5 + event("turn.start", "a") + event("turn.start", "b"))
-    assert report.problem_counts == {"invalid_json": 5, "open_turn": 2}
-    assert [p.line for p in report.problems] == [1, 2, 3, 6, 7]
-    assert report.problem_total == 7
+    assert report.problem_counts == {"invalid_json": 5, "open_turn": 1}
+    assert [p.line for p in report.problems] == [1, 2, 3, 6]
+    assert report.problem_total == 6
     assert report.unlisted == 2
 
 
@@ -432,7 +512,9 @@ def test_state_of_another_version_is_refused() -> None:
 
 
 def test_report_json_is_plain_data() -> None:
-    document = fixture_report("open_turn.jsonl").to_json()
+    document = check(
+        (FIXTURES / "open_turn.jsonl").read_bytes() + event("turn.start", "later")
+    ).to_json()
     assert orjson.loads(orjson.dumps(document)) == document
     assert document["clean"] is False
     assert document["problems"] == [
@@ -440,10 +522,14 @@ def test_report_json_is_plain_data() -> None:
             "kind": "open_turn",
             "line": 10,
             "offset": offset_of(10),
-            "message": f"turn {T2} started but never ended",
+            "message": f"turn {T2} started but never ended (turn later started after it)",
             "turn_id": T2,
         }
     ]
+    assert document["turn_in_progress"] == {
+        "turn_id": "later", "line": 12, "offset": len((FIXTURES / "open_turn.jsonl").read_bytes()),
+        "timestamp": 1,
+    }
 
 
 # -- properties -----------------------------------------------------------------------------
@@ -459,6 +545,8 @@ POOL = [
     event("turn.done", T1),
     compact("ishiki.compact", "nowhere"),
     message({"role": "assistant", "content": [call_part("call_8Jq2dM1xV4")]}, T2),
+    narrative(T1),
+    narrative("z"),
 ]
 
 logs = st.builds(
