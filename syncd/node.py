@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from syncd import adoption, frames
+from syncd import adoption, frames, logs
 from syncd.config import Config
 from syncd.frames import FrameError, Kind
 from syncd.freshness import ReplayGuard
@@ -30,6 +30,7 @@ from syncd.persist import RecordStore
 from syncd.replica import Replica
 from syncd.scrub import scrub_forever
 from syncd.secret import SecretError, load_secret
+from syncd.telemetry import Telemetry
 from syncd.watcher import Watcher
 
 log = logging.getLogger("syncd.node")
@@ -72,13 +73,16 @@ class Node:
         self._stop = asyncio.Event()
         self._durable_hooks: list[Callable[[str, str, int], None]] = []
         self.started = time.time()
+        self.telemetry = Telemetry(time.monotonic())
 
     # --- Host protocol for replicas ---------------------------------------------------------
 
     def send(self, kind: Kind, key: str, file: str, payload: frames.Payload, to: str = "",
              retain: bool = False) -> None:
         topic = frames.topic_for(self._prefix, frames.Topic(kind, self.node, key, file, to))
-        self.link.publish(topic, self.seal(topic, payload, None), retain=retain)
+        sealed = self.seal(topic, payload, None)
+        self.telemetry.count("sent", kind.value, len(sealed))
+        self.link.publish(topic, sealed, retain=retain)
 
     def seal(self, topic: str, payload: frames.Payload, ts: int | None) -> bytes:
         """Encode and authenticate a frame for `topic`, stamped with our session and order."""
@@ -93,6 +97,7 @@ class Node:
         return self.presence.get(node, False)
 
     def durable(self, key: str, file: str, size: int) -> None:
+        self.telemetry.durable(key, file, size, time.time(), time.monotonic())
         for hook in self._durable_hooks:
             hook(key, file, size)
 
@@ -230,8 +235,19 @@ class Node:
                 return None
             r = Replica(self, key, file, folder / file)
             self.replicas[(key, file)] = r
-            r.start()
+            # The replica's task inherits this context: its log lines carry key and file as
+            # fields (JSON logs) without every call passing them.
+            token = logs.FIELDS.set({"key": key, "file": file})
+            try:
+                r.start()
+            finally:
+                logs.FIELDS.reset(token)
+            asyncio.get_running_loop().create_task(self._after_load(r))
         return r
+
+    async def _after_load(self, r: Replica) -> None:
+        await r.loaded.wait()
+        self.telemetry.baseline(r.key, r.file, r.position.size)
 
     def _discover(self, force: bool = False) -> None:
         # A new key directory changes the runtimes directory's mtime: skip the listing when
@@ -300,34 +316,49 @@ class Node:
             return
         stale = self._guard.check(t.kind, t.sender, t.key, t.file, stamp)
         if stale is not None:
-            self._reject(topic, stale)
+            self._reject(topic, stale, t.sender)
             return
+        self.telemetry.count("received", t.kind.value, len(payload))
         if t.kind is Kind.NODE:
             assert isinstance(body, frames.Presence)
             was = self.presence.get(t.sender)
             self.presence[t.sender] = body.online
             if was != body.online:
-                log.info("peer %s is %s", t.sender, "online" if body.online else "offline")
+                log.info("peer %s is %s", t.sender, "online" if body.online else "offline",
+                         extra={"peer": t.sender})
                 for each in self.replicas.values():
                     each.deliver("tick", "", None)
             return
         replica = self._replica(t.key, t.file)
         if replica is not None:
+            if t.kind is Kind.LIVE and replica.frozen is None:
+                assert isinstance(body, frames.Data)
+                self.telemetry.expect(t.key, t.file, t.sender, body.end, stamp.ts,
+                                      replica.position.size)
             replica.deliver(_EVENT_OF_KIND[t.kind], t.sender, body)
 
-    def _reject(self, topic: str, reason: str) -> None:
+    def _reject(self, topic: str, reason: str, sender: str | None = None) -> None:
         self.rejected += 1
+        self.telemetry.reject(reason)
         now = time.monotonic()
         # One line per 10 s at most: a hostile client must not flood the log.
         if now - self._last_reject_log >= 10:
             self._last_reject_log = now
             log.warning("rejected frame on %r: %s (%d rejected so far)", topic[:200], reason,
-                        self.rejected)
+                        self.rejected, extra={"peer": sender} if sender else None)
 
     # --- control socket ---------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
         files = [r.status() for _, r in sorted(self.replicas.items())]
+        now = time.monotonic()
+        for f in files:
+            peers: dict[str, dict[str, Any]] = f["peers"]  # type: ignore[assignment]
+            for p in peers.values():
+                p["lag_seconds"] = round(self.telemetry.lag_seconds(
+                    f["key"], f["file"], p["size"], f["size"], now), 3)  # type: ignore[arg-type]
+            self.telemetry.prune(f["key"], f["file"],  # type: ignore[arg-type]
+                                 min((p["size"] for p in peers.values()), default=0))
         return {
             "node": self.node,
             "broker": self.link.broker,

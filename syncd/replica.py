@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from syncd import adoption, frames, locate, store
+from syncd import adoption, frames, locate, logs, store
 from syncd.adoption import Adoption
 from syncd.frames import Announce, Data, Probe, Probed, Refuse, Request
 from syncd.groupsync import GroupSync
@@ -151,6 +151,21 @@ class Replica:
             self._busy = False
             self.host.busy -= 1
 
+    def forget_peer(self, node: str) -> None:
+        """`syncd forget`: a retired node's copy no longer counts, nor any divergence with it."""
+        self.peers.pop(node, None)
+        self._locating.pop(node, None)
+        if self.fetch is not None and self.fetch.peer == node:
+            self.fetch = None
+        if self.diverged.pop(node, None) is not None:
+            log.warning("%s: divergence with %s dropped: that node was retired (syncd forget)",
+                        self.name, node)
+            self.record_dirty = True
+            self.persist(force=True)
+            if not self.frozen:
+                self.announce(now=True)
+        self.deliver("tick", "", None)
+
     def _verify_follow(self) -> None:
         # Not while catching up: the log checks would compete with the fetch for the GIL, and
         # a copy that is behind is not ready anyway. The tick resumes them.
@@ -266,9 +281,11 @@ class Replica:
         while self._inbox or self._local_pending:
             if self._local_pending:
                 self._local_pending = False
+                logs.PEER.set(None)
                 await self._look_local()
                 continue
             what, sender, payload = self._inbox.popleft()
+            logs.PEER.set(sender or None)  # JSON log lines about this event name the peer
             match what:
                 case "pos":
                     assert isinstance(payload, Announce)

@@ -69,3 +69,15 @@ def test_run_logs_json_lines(tmp_path: Path) -> None:
     finally:
         daemon.kill()
         broker.stop()
+
+
+def test_json_line_carries_key_file_and_peer_of_the_task() -> None:
+    fields = logs.FIELDS.set({"key": "bot-1", "file": "events.jsonl"})
+    peer = logs.PEER.set("host-b")
+    try:
+        doc = json.loads(logs.JsonFormatter().format(_record("frozen")))
+    finally:
+        logs.PEER.reset(peer)
+        logs.FIELDS.reset(fields)
+    assert (doc["key"], doc["file"], doc["peer"]) == ("bot-1", "events.jsonl", "host-b")
+    assert "key" not in json.loads(logs.JsonFormatter().format(_record("outside a task")))
