@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from syncd import adoption, frames, logs
+from syncd import adoption, frames, logs, retire
 from syncd.config import Config
 from syncd.frames import FrameError, Kind
 from syncd.freshness import ReplayGuard
@@ -28,6 +28,7 @@ from syncd.groupsync import GroupSync
 from syncd.link import Link
 from syncd.persist import RecordStore
 from syncd.replica import Replica
+from syncd.retire import Retired, Seen
 from syncd.scrub import scrub_forever
 from syncd.secret import SecretError, load_secret
 from syncd.telemetry import Telemetry
@@ -74,6 +75,7 @@ class Node:
         self._durable_hooks: list[Callable[[str, str, int], None]] = []
         self.started = time.time()
         self.telemetry = Telemetry(time.monotonic())
+        self.retired = Retired()  # read in run(), once state_dir is known to be usable
 
     # --- Host protocol for replicas ---------------------------------------------------------
 
@@ -129,6 +131,10 @@ class Node:
     async def run(self, ready: Callable[[], None] | None = None) -> None:
         """Run until `stop()`; `ready` is called once replicas are loaded and the link is up."""
         self.check_dirs()
+        try:
+            self.retired = retire.load(self.state_dir)
+        except ValueError as e:
+            log.error("%s; retired nodes are forgotten until `syncd forget` runs again", e)
         self._discover()
         if self.config.watch:
             self._watcher.start()
@@ -248,6 +254,9 @@ class Node:
     async def _after_load(self, r: Replica) -> None:
         await r.loaded.wait()
         self.telemetry.baseline(r.key, r.file, r.position.size)
+        # Divergences recorded before a restart may name a node retired since.
+        for node in list(self.retired.nodes):
+            r.forget_peer(node)
 
     def _discover(self, force: bool = False) -> None:
         # A new key directory changes the runtimes directory's mtime: skip the listing when
@@ -305,10 +314,14 @@ class Node:
                 r.announce(now=True)
 
     def _on_message(self, topic: str, payload: bytes) -> None:
+        if not payload:
+            return  # a retained message being cleared (`syncd forget`): says nothing
         try:
             t = frames.parse_topic(self._prefix, topic)
             if t.sender == self.node:
                 return  # our own live bytes and retained positions echo back: not news
+            if t.kind is not Kind.NODE and t.sender in self.retired:
+                return  # a retired node's frames no longer count (see retire.py)
             stamp, body = frames.decode(t.kind, payload, max(self.chunk_bytes, 16 << 20),
                                         self.secret, topic)
         except FrameError as e:
@@ -321,6 +334,17 @@ class Node:
         self.telemetry.count("received", t.kind.value, len(payload))
         if t.kind is Kind.NODE:
             assert isinstance(body, frames.Presence)
+            seen = self.retired.on_presence(t.sender, body.online, body.retired, stamp.ts)
+            if seen is Seen.RETIRE:
+                self._forget(t.sender, stamp.ts)
+                return
+            if seen is Seen.IGNORE:
+                return
+            if seen is Seen.RETURN:
+                self.retired.back(t.sender)
+                self._save_retired()
+                log.warning("retired node %s is back (a fresh presence): replicating with it "
+                            "again", t.sender, extra={"peer": t.sender})
             was = self.presence.get(t.sender)
             self.presence[t.sender] = body.online
             if was != body.online:
@@ -336,6 +360,24 @@ class Node:
                 self.telemetry.expect(t.key, t.file, t.sender, body.end, stamp.ts,
                                       replica.position.size)
             replica.deliver(_EVENT_OF_KIND[t.kind], t.sender, body)
+
+    def _forget(self, node: str, ts: int) -> None:
+        """A retirement notice: drop `node` from presence, every file and the metrics."""
+        self.retired.retire(node, ts)
+        self._save_retired()
+        self.presence.pop(node, None)
+        self.telemetry.forget(node)
+        for r in self.replicas.values():
+            if r.loaded.is_set():  # else _after_load does it
+                r.forget_peer(node)
+        log.warning("node %s was retired (syncd forget): dropped from status and metrics",
+                    node, extra={"peer": node})
+
+    def _save_retired(self) -> None:
+        try:
+            retire.save(self.state_dir, self.retired)
+        except OSError as e:
+            log.error("cannot record retired nodes in %s: %s", self.state_dir, e)
 
     def _reject(self, topic: str, reason: str, sender: str | None = None) -> None:
         self.rejected += 1
