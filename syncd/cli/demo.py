@@ -66,7 +66,14 @@ def _root(directory: Path | None) -> Path:
               help="Where the demo's hosts live (default: a new temporary directory).")
 def command(seconds: float, directory: Path | None) -> None:
     """Two syncd nodes on this machine, an embedded broker, bots writing memory: watch the
-    copies follow, then check that they are identical. Needs nothing else running."""
+    copies follow, then check that they are identical. Needs nothing else running.
+
+    \b
+    Exit status:
+      0  the story went as told and the copies are identical
+      1  it did not (the output says where)
+      2  the demo could not run (no embedded broker, directory in use)
+    """
     root = _root(directory)
     click.echo("syncd demo: two hosts replicating agent memory logs over MQTT, all on this "
                "machine.")
