@@ -76,6 +76,7 @@ class Node:
         self.started = time.time()
         self.telemetry = Telemetry(time.monotonic())
         self.retired = Retired()  # read in run(), once state_dir is known to be usable
+        self._chores: set[asyncio.Task[None]] = set()  # referenced until done (asyncio docs)
 
     # --- Host protocol for replicas ---------------------------------------------------------
 
@@ -248,7 +249,9 @@ class Node:
                 r.start()
             finally:
                 logs.FIELDS.reset(token)
-            asyncio.get_running_loop().create_task(self._after_load(r))
+            chore = asyncio.get_running_loop().create_task(self._after_load(r))
+            self._chores.add(chore)
+            chore.add_done_callback(self._chores.discard)
         return r
 
     async def _after_load(self, r: Replica) -> None:

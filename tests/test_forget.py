@@ -121,3 +121,28 @@ def test_shipped_acl_lets_only_the_admin_retire_a_host(tmp_path: Path) -> None:
         a.kill()
         c.kill()
         broker.stop()
+
+
+def test_forget_drops_a_divergence_with_the_retired_host(
+        broker: Broker, make_daemon: Callable[..., Daemon]) -> None:
+    a, c = make_daemon("a", broker), make_daemon("c", broker)
+    append(a.path("bot-1"), ishiki_lines(10))
+    wait_equal(a.path("bot-1").read_bytes(), c, key="bot-1")
+    c.stop()
+    edited = bytearray(c.path("bot-1").read_bytes())
+    edited[40:42] = b"XX"  # a hand edit on c while it is down: c now holds another history
+    c.path("bot-1").write_bytes(bytes(edited))
+    c.start()
+    wait_until(lambda: "c" in a.file_status("bot-1")["diverged"], 15, "a to diverge from c")
+    c.stop()
+    wait_until(lambda: not a.status()["peers"]["c"]["online"], 10, "a to see c offline")
+    assert forget("c", a).exit_code == 0
+    wait_until(lambda: a.file_status("bot-1")["state"] == "alone", 10, "a to unfreeze")
+    assert a.file_status("bot-1")["diverged"] == {}
+    a.stop()
+    a.start()
+    wait_until(lambda: a.file_status("bot-1").get("state") == "alone", 10, "a to load")
+    assert not mentions(a.status(), "c")
+    append(a.path("bot-1"), ishiki_lines(1))  # and it replicates (ships) again
+    wait_until(lambda: a.file_status("bot-1")["size"] == a.path("bot-1").stat().st_size, 10,
+               "a to take its new line")
