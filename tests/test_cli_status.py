@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
+import pytest
+from click.testing import CliRunner
+
+from syncd.cli import status as status_cli
+from syncd.cli.main import main
 from syncd.cli.status import human, render, select
 
 PEER = {"size": 1833290, "state": "in_sync", "frozen": None, "online": True, "lag_bytes": 0,
@@ -59,3 +65,27 @@ def test_select_keys_and_problems() -> None:
 def test_human_sizes() -> None:
     assert [human(n) for n in (0, 1023, 1024, 1536, 10 * 2**20, 999 * 2**30, 5 * 2**40)] == [
         "0 B", "1023 B", "1 KiB", "1.5 KiB", "10 MiB", "999 GiB", "5 TiB"]
+
+
+def test_watch_redraws_until_interrupted(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+                                         ) -> None:
+    config = tmp_path / "syncd.toml"
+    (tmp_path / "rt").mkdir()
+    config.write_text('node = "host-a"\nruntimes_dir = "rt"\nstate_dir = "st"\n'
+                      'secret_file = "key"\n')
+    answers = iter([STATUS, select(STATUS, [], True)])
+    monkeypatch.setattr(status_cli, "query", lambda *a, **k: {"status": next(answers)})
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        if len(sleeps) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(status_cli.time, "sleep", sleep)
+    result = CliRunner().invoke(main, ["status", "--config", str(config), "--watch",
+                                       "--interval", "0.5"])
+    assert result.exit_code == 0, result.output
+    assert sleeps == [0.5, 0.5]
+    assert result.output.count("every 0.5s, Ctrl-C to stop") == 2
+    assert result.output.count("3 files: ") == 1 and result.output.count("1 file: ") == 1

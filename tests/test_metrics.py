@@ -110,6 +110,14 @@ def test_scrape_a_running_daemon(tmp_path: Path, broker: Broker,
         10, "b to observe a's live frames becoming durable")
     assert sb[("syncd_append_to_durable_seconds_bucket", (("le", "+Inf"), ("peer", "a")))] >= 1
     assert sb[("syncd_frame_bytes_total", (("direction", "received"), ("kind", "live")))] > 0
+    # b goes away: a's new bytes are missing there for longer and longer.
+    b.stop()
+    append(a.path("bot-1"), ishiki_lines(3))
+    lagging = (*labels, ("peer", "b"))
+    first = wait_until(lambda: (x := scrape(port))[("syncd_peer_lag_bytes", lagging)] > 0 and x,
+                       10, "a to see b lag")
+    wait_until(lambda: scrape(port)[("syncd_peer_lag_seconds", lagging)] >= (
+        first[("syncd_peer_lag_seconds", lagging)] + 0.3), 10, "b's lag in seconds to grow")
 
 
 def test_metrics_port_taken_stops_the_start(tmp_path: Path, broker: Broker) -> None:
