@@ -251,7 +251,8 @@ class Bot:
         self.turns += 1
 
 
-Show = Callable[[float, str, dict[str, int]], None]  # (elapsed, writer node, sizes by node)
+# (elapsed, writer node, sizes by node, nodes whose syncd is down)
+Show = Callable[[float, str, dict[str, int], frozenset[str]], None]
 Say = Callable[[float, str], None]  # (elapsed, what happened)
 
 
@@ -306,6 +307,10 @@ class Story:
     def sizes(self) -> dict[str, int]:
         return {n: size(copy_of(self.root, n)) for n in NODES}
 
+    def down(self) -> frozenset[str]:
+        return frozenset(n for n, p in self.nodes.items()
+                         if p.proc is None or p.proc.returncode is not None)
+
     async def until(self, what: str, check: Callable[[], Any], writer: str | None = None
                     ) -> Any:
         """Wait for `check()` (a coroutine function or plain) to return something truthy."""
@@ -320,7 +325,7 @@ class Story:
                 raise DemoError(f"gave up after {STEP_TIMEOUT:.0f}s waiting for {what}; node logs "
                                 f"are in {self.root}")
             if writer is not None:
-                self.show(self.elapsed(), writer, self.sizes())
+                self.show(self.elapsed(), writer, self.sizes(), self.down())
             await asyncio.sleep(self.every / 5)
 
     async def write(self, node: str, seconds: float) -> int:
@@ -332,7 +337,7 @@ class Story:
             await bot.write_turn(self.rng.uniform(0.005, 0.03))
             if time.monotonic() - last >= self.every:
                 last = time.monotonic()
-                self.show(self.elapsed(), node, self.sizes())
+                self.show(self.elapsed(), node, self.sizes(), self.down())
         return bot.turns
 
     async def file_status(self, node: str) -> dict[str, Any]:

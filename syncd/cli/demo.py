@@ -27,12 +27,13 @@ class LiveLine:
         self._last = -1.0
         self._drawn = False
 
-    def show(self, elapsed: float, writer: str, sizes: dict[str, int]) -> None:
+    def show(self, elapsed: float, writer: str, sizes: dict[str, int],
+             down: frozenset[str]) -> None:
         if not self.tty and elapsed - self._last < 1.0:
             return
         self._last = elapsed
-        others = ", ".join(f"{n} lag {sizes[writer] - s} B" for n, s in sizes.items()
-                           if n != writer)
+        others = ", ".join(f"{n} lag {sizes[writer] - s} B{' (down)' if n in down else ''}"
+                           for n, s in sizes.items() if n != writer)
         line = f"  {elapsed:5.1f}s    bot writes on {writer}: {sizes[writer]} B, {others}"
         if self.tty:
             # Cut to the terminal's width: a wrapped line could not be redrawn in place.
