@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import re
+import ssl
 import subprocess
 from pathlib import Path
 
+import aiomqtt
 from click.testing import CliRunner, Result
 
+from syncd.brokercheck import classify_connect_error
 from syncd.cli.main import main
 from tests.certs import CA
 from tests.cluster import TEST_SECRET, Broker
@@ -175,3 +178,15 @@ def test_broker_check_names_refused_credentials_and_unreachable(tmp_path: Path) 
     result = check_broker(broker_config(tmp_path / "down", broker))
     assert result.exit_code == 1
     assert "broker check failed: unreachable: " in result.stderr
+
+
+def test_connect_errors_are_classified() -> None:
+    verify = aiomqtt.MqttError("[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed")
+    assert classify_connect_error(verify, True) == "tls"
+    wrapped = aiomqtt.MqttError("handshake")
+    wrapped.__cause__ = ssl.SSLError("wrong version number")
+    assert classify_connect_error(wrapped, True) == "tls"
+    assert classify_connect_error(aiomqtt.MqttError("[code:135] Not authorized"), False) == (
+        "credentials")
+    assert classify_connect_error(aiomqtt.MqttError("[Errno 111] Connection refused"),
+                                  False) == "unreachable"
