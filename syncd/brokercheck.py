@@ -49,7 +49,7 @@ def largest_frame(config: Config) -> int:
     return config.chunk_bytes + FRAME_OVERHEAD
 
 
-def classify_connect_error(error: BaseException, tls_on: bool) -> str:
+def classify_connect_error(error: BaseException) -> str:
     """Which of unreachable / credentials / tls a failed connection attempt was."""
     text = str(error).lower()
     chain: BaseException | None = error
@@ -84,7 +84,7 @@ async def check(config: Config, wait: float = 5.0) -> list[str]:
     try:
         await client.__aenter__()
     except aiomqtt.MqttError as e:
-        cause = classify_connect_error(e, m.tls)
+        cause = classify_connect_error(e)
         hint = {
             "tls": "check tls_ca_file (the CA that signed the broker's certificate) and that "
                    "the certificate names [mqtt] host",

@@ -182,11 +182,11 @@ def test_broker_check_names_refused_credentials_and_unreachable(tmp_path: Path) 
 
 def test_connect_errors_are_classified() -> None:
     verify = aiomqtt.MqttError("[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed")
-    assert classify_connect_error(verify, True) == "tls"
+    assert classify_connect_error(verify) == "tls"
     wrapped = aiomqtt.MqttError("handshake")
     wrapped.__cause__ = ssl.SSLError("wrong version number")
-    assert classify_connect_error(wrapped, True) == "tls"
-    assert classify_connect_error(aiomqtt.MqttError("[code:135] Not authorized"), False) == (
+    assert classify_connect_error(wrapped) == "tls"
+    assert classify_connect_error(aiomqtt.MqttError("[code:135] Not authorized")) == (
         "credentials")
-    assert classify_connect_error(aiomqtt.MqttError("[Errno 111] Connection refused"),
-                                  False) == "unreachable"
+    assert classify_connect_error(aiomqtt.MqttError("[Errno 111] Connection refused")) == (
+        "unreachable")

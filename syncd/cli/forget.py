@@ -93,7 +93,7 @@ async def forget(config: Config, node: str, username: str | None, password: str 
         await client.__aenter__()
     except aiomqtt.MqttError as e:
         raise Refused(f"cannot connect to broker {m.host}:{m.port} "
-                      f"({classify_connect_error(e, m.tls)}: {e})") from None
+                      f"({classify_connect_error(e)}: {e})") from None
     try:
         retained = await _retained(client, [presence_topic, f"{p}/pos/{node}/+/+"], sentinel,
                                    wait)
