@@ -1,10 +1,16 @@
-"""`syncd demo`: two real nodes replicating through an embedded broker, on this machine only.
+"""`syncd demo`: the story syncd exists for, told by real nodes on this machine only.
 
 Nothing to install or configure: an amqtt broker runs inside this process on a free loopback
-port, two `syncd run` processes replicate between temporary runtime directories, and one bot
-per host appends Ishiki-shaped memory lines the way the real writer does (one write per
-entry). The daemons, files and wire protocol are the real ones; only the broker stands in
+port, two `syncd run` processes replicate between temporary runtime directories, and a bot
+appends Ishiki-shaped memory lines the way the real writer does (one write per entry). The
+daemons, files, wire protocol and `syncd adopt` are the real ones; only the broker stands in
 for Mosquitto.
+
+The story (`run`): the bot writes on host-a; host-a dies (kill -9); host-b says READY; the bot
+moves to host-b and writes; host-a returns and fast-forwards; then the bot runs on both hosts
+at once, the fork is refused on both, shown with its first differing line, and resolved with
+`syncd adopt` on host-a, whose copy is archived. Every step waits on what the daemons report
+(status over the control socket), with a timeout that names the step.
 """
 
 from __future__ import annotations
@@ -31,10 +37,10 @@ import orjson
 from syncd.control import ControlError, query
 
 NODES = ("host-a", "host-b")
-BOTS = {"bot-1": "host-a", "bot-2": "host-b"}  # where each bot runs (writes)
+KEY = "bot-1"
 FILE = "events.jsonl"
 START_TIMEOUT = 20.0
-CONVERGE_TIMEOUT = 20.0
+STEP_TIMEOUT = 20.0
 
 
 def write_config(root: Path, node: str, port: int) -> Path:
@@ -94,8 +100,8 @@ class EmbeddedBroker:
         try:
             from amqtt.broker import Broker
         except ImportError:
-            raise DemoError("the demo needs its embedded broker: pip install 'syncd[demo]' "
-                            "(or pip install amqtt)") from None
+            raise DemoError("the demo needs its embedded broker, amqtt: pip install amqtt "
+                            "(in a checkout: pip install -e '.[demo]')") from None
         for _ in range(3):  # a free port can be taken between probing and binding
             self.port = free_port()
             self._broker = Broker({
@@ -151,6 +157,16 @@ class NodeProcess:
                 return status
             await asyncio.sleep(0.05)
         raise DemoError(f"{self.node} did not connect within {START_TIMEOUT:.0f}s; see {self.log}")
+
+    def signal(self, sig: int) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.send_signal(sig)
+
+    async def kill(self) -> None:
+        """The host dies: no goodbye, the broker's will marks it offline."""
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.kill()
+            await self.proc.wait()
 
     async def stop(self) -> None:
         if self.proc is None or self.proc.returncode is not None:
@@ -235,18 +251,16 @@ class Bot:
         self.turns += 1
 
 
-@dataclass(frozen=True)
-class Copy:
-    key: str
-    node: str
-    size: int
-    writer: bool
+# (elapsed, writer node, sizes by node, nodes whose syncd is down)
+Show = Callable[[float, str, dict[str, int], frozenset[str]], None]
+Say = Callable[[float, str], None]  # (elapsed, what happened)
 
 
 @dataclass(frozen=True)
 class Outcome:
     identical: bool
-    files: dict[str, list[Path]]  # key -> its copies
+    files: list[Path]  # the key's copies, one per node
+    archive: str | None  # where host-a's losing copy went
     statuses: dict[str, dict[str, Any]]  # node -> final `syncd status` document
 
 
@@ -257,9 +271,8 @@ def size(path: Path) -> int:
         return 0
 
 
-def copies(root: Path) -> list[Copy]:
-    return [Copy(key, node, size(runtimes(root, node) / key / FILE), BOTS[key] == node)
-            for key in BOTS for node in NODES]
+def copy_of(root: Path, node: str) -> Path:
+    return runtimes(root, node) / KEY / FILE
 
 
 def sha256(path: Path) -> str:
@@ -267,55 +280,179 @@ def sha256(path: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-async def run(root: Path, seconds: float, show: Callable[[float, list[Copy]], None],
-              say: Callable[[str], None], every: float = 0.25) -> Outcome:
-    """Run the whole scenario in `root`; `show` is called every `every` seconds."""
+def file_of(status: dict[str, Any] | None) -> dict[str, Any]:
+    for f in (status or {}).get("files", []):
+        if f["key"] == KEY and f["file"] == FILE:
+            return dict(f)
+    return {}
+
+
+class Story:
+    def __init__(self, root: Path, seconds: float, show: Show, say: Say, every: float) -> None:
+        self.root = root
+        self.seconds = seconds
+        self.show = show
+        self._say = say
+        self.every = every
+        self.started = time.monotonic()
+        self.rng = random.Random()
+        self.nodes: dict[str, NodeProcess] = {}
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def say(self, text: str) -> None:
+        self._say(self.elapsed(), text)
+
+    def sizes(self) -> dict[str, int]:
+        return {n: size(copy_of(self.root, n)) for n in NODES}
+
+    def down(self) -> frozenset[str]:
+        return frozenset(n for n, p in self.nodes.items()
+                         if p.proc is None or p.proc.returncode is not None)
+
+    async def until(self, what: str, check: Callable[[], Any], writer: str | None = None
+                    ) -> Any:
+        """Wait for `check()` (a coroutine function or plain) to return something truthy."""
+        deadline = time.monotonic() + STEP_TIMEOUT
+        while True:
+            got = check()
+            if asyncio.iscoroutine(got):
+                got = await got
+            if got:
+                return got
+            if time.monotonic() > deadline:
+                raise DemoError(f"gave up after {STEP_TIMEOUT:.0f}s waiting for {what}; node logs "
+                                f"are in {self.root}")
+            if writer is not None:
+                self.show(self.elapsed(), writer, self.sizes(), self.down())
+            await asyncio.sleep(self.every / 5)
+
+    async def write(self, node: str, seconds: float) -> int:
+        """The bot writes whole turns on `node` for `seconds`; returns the turns written."""
+        bot = Bot(copy_of(self.root, node), self.rng)
+        until = time.monotonic() + seconds
+        last = 0.0
+        while time.monotonic() < until:
+            await bot.write_turn(self.rng.uniform(0.005, 0.03))
+            if time.monotonic() - last >= self.every:
+                last = time.monotonic()
+                self.show(self.elapsed(), node, self.sizes(), self.down())
+        return bot.turns
+
+    async def file_status(self, node: str) -> dict[str, Any]:
+        return file_of(await self.nodes[node].status())
+
+    async def tell(self) -> Outcome:
+        a, b = NODES
+        root = self.root
+        for node in self.nodes.values():
+            await node.start()
+        for node in self.nodes.values():
+            await node.wait_connected()
+        self.say(f"{a} and {b} run syncd; the bot writes {KEY}'s memory on {a}")
+        turns = await self.write(a, self.seconds / 2)
+        await self.until(f"{b} to hold every line {a} wrote",
+                         lambda: len(set(self.sizes().values())) == 1, writer=a)
+        lines = line_count(copy_of(root, a))
+        self.say(f"{a} wrote {turns} turns ({lines} lines); {b} holds them all")
+
+        await self.nodes[a].kill()
+        self.say(f"{a} dies (syncd killed with kill -9, its bot stops)")
+
+        async def ready() -> dict[str, Any] | None:
+            status = await self.nodes[b].status()
+            f = file_of(status)
+            offline = status is not None and not status["peers"].get(a, {}).get("online", True)
+            return f if offline and f.get("ready") else None
+
+        f = await self.until(f"{b} to say READY", ready)
+        self.say(f"{b}: {KEY} READY to take over ({f['state']}, {size(copy_of(root, b))} "
+                 f"bytes, log checks clean, {a} offline)")
+
+        self.say(f"the bot moves to {b} and writes there")
+        turns = await self.write(b, self.seconds / 2)
+        self.say(f"{b} wrote {turns} more turns ({line_count(copy_of(root, b))} lines now)")
+
+        behind = size(copy_of(root, b)) - size(copy_of(root, a))
+        returned = time.monotonic()
+        await self.nodes[a].start()
+        await self.nodes[a].wait_connected()
+
+        async def caught_up() -> bool:
+            return (size(copy_of(root, a)) == size(copy_of(root, b))
+                    and (await self.file_status(a)).get("state") == "in_sync")
+
+        await self.until(f"{a} to fast-forward", caught_up, writer=b)
+        self.say(f"{a} returns and fast-forwards: +{behind} bytes from {b} in "
+                 f"{time.monotonic() - returned:.1f}s, identical again ({a} in_sync)")
+
+        # Split brain: both daemons are paused while each host's bot appends a turn, so that
+        # neither hears of the other's lines before writing its own (as across a partition).
+        self.say(f"split brain: the bot now runs on {a} AND {b}, both write at once")
+        for node in self.nodes.values():
+            node.signal(signal.SIGSTOP)
+        try:
+            forks = [Bot(copy_of(root, n), self.rng) for n in NODES]
+            await asyncio.gather(*(bot.write_turn(0.001) for bot in forks))
+        finally:
+            for node in self.nodes.values():
+                node.signal(signal.SIGCONT)
+
+        async def located() -> dict[str, Any] | None:
+            fa, fb = await self.file_status(a), await self.file_status(b)
+            d = fa.get("diverged", {}).get(b)
+            refused = fa.get("state") == "diverged" and fb.get("state") == "diverged"
+            return d if refused and d and d.get("line") is not None else None
+
+        d = await self.until("both hosts to refuse the fork and locate it", located)
+        self.say(f"fork REFUSED on both hosts: {KEY} is frozen, nothing written or sent; the "
+                 f"copies part at byte {d['offset']}, line {d['line']}:")
+        self._say(self.elapsed(), f"    {a}: {d['ours']}")
+        self._say(self.elapsed(), f"    {b}: {d['theirs']}")
+
+        self.say(f"the operator keeps {b}'s history; on {a}: syncd adopt {KEY} --from {b} --yes")
+        adopt = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "syncd", "adopt", KEY, "--from", b, "--yes", "--config",
+            str(self.nodes[a].config), stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL)
+        out, err = await asyncio.wait_for(adopt.communicate(), STEP_TIMEOUT)
+        for line in out.decode(errors="replace").splitlines():
+            if line.strip():
+                self._say(self.elapsed(), f"    {line.strip()}")
+        if adopt.returncode != 0:  # its progress bar is on stderr: shown only if it failed
+            raise DemoError(f"syncd adopt failed (exit {adopt.returncode}): "
+                            f"{err.decode(errors='replace').strip()}")
+        archive = next((w for w in out.decode().split() if "/archive/" in w), None)
+
+        async def resolved() -> bool:
+            fa, fb = await self.file_status(a), await self.file_status(b)
+            return (fa.get("state") == fb.get("state") == "in_sync"
+                    and size(copy_of(root, a)) == size(copy_of(root, b)))
+
+        await self.until("both hosts to be in_sync after the adoption", resolved)
+        self.say(f"resolved: {a}'s losing copy is archived, both hosts in_sync again")
+        statuses = await _settled(self.nodes)
+        identical = sha256(copy_of(root, a)) == sha256(copy_of(root, b))
+        return Outcome(identical, [copy_of(root, n) for n in NODES],
+                       archive.rstrip(";") if archive else None, statuses)
+
+
+async def run(root: Path, seconds: float, show: Show, say: Say, every: float = 0.25
+              ) -> Outcome:
+    """Tell the whole story in `root`; `show` is called every `every` seconds while the bot
+    writes, `say` once per step."""
     broker = EmbeddedBroker(root / "broker.log")
     await broker.start()
-    nodes = {n: NodeProcess(root, n, broker.port) for n in NODES}
+    story = Story(root, seconds, show, say, every)
+    story.nodes = {n: NodeProcess(root, n, broker.port) for n in NODES}
     try:
-        for node in nodes.values():
-            await node.start()
-        for node in nodes.values():
-            await node.wait_connected()
-        say(f"broker 127.0.0.1:{broker.port} (embedded), nodes {' and '.join(NODES)} "
-            "connected")
-        rng = random.Random()
-        bots = [Bot(runtimes(root, host) / key / FILE, rng) for key, host in BOTS.items()]
-        started = time.monotonic()
-
-        async def write(bot: Bot) -> None:
-            while time.monotonic() - started < seconds:
-                await bot.write_turn(rng.uniform(0.005, 0.03))
-
-        writers = [asyncio.create_task(write(b)) for b in bots]
-        while not all(w.done() for w in writers):
-            show(time.monotonic() - started, copies(root))
-            await asyncio.wait(writers, timeout=every)
-        for w in writers:
-            w.result()
-        identical = await _converge(root, started, show, every)
-        statuses = await _settled(nodes) if identical else {}
+        return await story.tell()
     finally:
-        for node in nodes.values():
+        for node in story.nodes.values():
+            node.signal(signal.SIGCONT)  # never leave a paused daemon behind
             await node.stop()
         await broker.stop()
-    files = {key: [runtimes(root, n) / key / FILE for n in NODES] for key in BOTS}
-    return Outcome(identical, files, statuses)
-
-
-async def _converge(root: Path, started: float, show: Callable[[float, list[Copy]], None],
-                    every: float) -> bool:
-    """Wait for every copy to hold the writer's bytes, then compare them byte for byte."""
-    deadline = time.monotonic() + CONVERGE_TIMEOUT
-    while time.monotonic() < deadline:
-        now = copies(root)
-        show(time.monotonic() - started, now)
-        if all(c.size == next(w.size for w in now if w.key == c.key and w.writer) for c in now):
-            break
-        await asyncio.sleep(every / 5)
-    return all(len({sha256(runtimes(root, n) / key / FILE) for n in NODES}) == 1
-               for key in BOTS)
 
 
 async def _settled(nodes: dict[str, NodeProcess]) -> dict[str, dict[str, Any]]:

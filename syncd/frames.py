@@ -133,7 +133,10 @@ def piece_end(buf: bytes, start: int, end: int, max_len: int) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Presence:
+    """A node's presence; `retired` is the notice `syncd forget` leaves in its place."""
+
     online: bool
+    retired: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,8 +230,9 @@ def encode(payload: Payload, stamp: Stamp, secret: bytes, topic: str) -> bytes:
     body = b""
     header: dict[str, Any]
     match payload:
-        case Presence(online):
-            header = {"online": online}
+        case Presence(online, retired):
+            # "retired" only when set: older daemons read a retirement as "offline".
+            header = {"online": online, "retired": True} if retired else {"online": online}
         case Announce(size, digest, frozen, answers):
             header = {"size": size, "digest": digest.hex(), "frozen": frozen}
             if answers:
@@ -290,7 +294,10 @@ def decode(kind: Kind, payload: bytes, max_data: int, secret: bytes,
 def _payload(kind: Kind, header: dict[str, Any], body: bytes, max_data: int) -> Payload:
     match kind:
         case Kind.NODE:
-            return Presence(_bool(header, "online"))
+            retired = header.get("retired", False)
+            if not isinstance(retired, bool):
+                raise FrameError("field 'retired' must be true or false")
+            return Presence(_bool(header, "online"), retired)
         case Kind.POS:
             frozen = header.get("frozen")
             if frozen is not None and (not isinstance(frozen, str) or len(frozen) > 200):

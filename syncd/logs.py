@@ -5,7 +5,10 @@
   stamps every line itself, and each line starts with its syslog priority (`<4>`), so that
   `journalctl -p warning` and the colours work.
 - json: `{"ts": "...Z", "level": "info", "logger": "syncd.link", "msg": "...", ...}`, with any
-  `extra={...}` fields of the call and the traceback as `exc`, for log shippers.
+  `extra={...}` fields of the call and the traceback as `exc`, for log shippers. Lines about
+  one file carry `key` and `file`, and lines about an event from a peer carry `peer`: they are
+  set per task in the context variables below (a replica's task inherits FIELDS from where it
+  was started and sets PEER while it handles a peer's event), so no call has to pass them.
 """
 
 from __future__ import annotations
@@ -15,11 +18,15 @@ import os
 import sys
 import time
 from collections.abc import Mapping
+from contextvars import ContextVar
 from typing import IO, Any
 
 import orjson
 
 FORMATS = ("text", "json")
+
+FIELDS: ContextVar[Mapping[str, str] | None] = ContextVar("syncd_log_fields", default=None)
+PEER: ContextVar[str | None] = ContextVar("syncd_log_peer", default=None)
 
 _PRIORITY = {logging.DEBUG: 7, logging.INFO: 6, logging.WARNING: 4, logging.ERROR: 3,
              logging.CRITICAL: 2}
@@ -61,8 +68,14 @@ class JsonFormatter(logging.Formatter):
             "msg": record.getMessage(),
         }
         for name, value in vars(record).items():
-            if name not in _STANDARD and name not in doc:
+            if name not in _STANDARD and name not in doc and value is not None:
                 doc[name] = value
+        # Formatted in the thread and context of the logging call: the task's own fields.
+        for name, value in (FIELDS.get() or {}).items():
+            doc.setdefault(name, value)
+        peer = PEER.get()
+        if peer:
+            doc.setdefault("peer", peer)
         if record.exc_info:
             doc["exc"] = self.formatException(record.exc_info)
         elif record.exc_text:

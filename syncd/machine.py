@@ -165,6 +165,13 @@ class Reconnected:
 
 
 @dataclass(frozen=True, slots=True)
+class PeerForgotten:
+    """`syncd forget`: the node was retired for good; its copy no longer counts."""
+
+    peer: str
+
+
+@dataclass(frozen=True, slots=True)
 class PeerOnline:
     peer: str
     online: bool
@@ -285,8 +292,8 @@ class RoleChanged:
     role: str
 
 
-Event = (Loaded | LoadFailed | Look | Tick | Drained | Reconnected | PeerOnline | PeerPos | PeerData
-         | PeerRequest | PeerRefuse | PeerProbe | PeerProbed | Reassess | Appended
+Event = (Loaded | LoadFailed | Look | Tick | Drained | Reconnected | PeerForgotten | PeerOnline
+         | PeerPos | PeerData | PeerRequest | PeerRefuse | PeerProbe | PeerProbed | Reassess | Appended
          | AppendFailed | Synced | SyncFailed | Rehashed | Archived | ArchiveFailed | LineFound
          | AdoptRequested | ScrubMismatch | IoFailed | RoleChanged)
 
@@ -629,6 +636,8 @@ class Machine:
                 if self.mode not in (Mode.LOADING, Mode.UNREADABLE):
                     self._announce(now, out, at_once=True)
                     self._maybe_fetch(now, out)
+            case PeerForgotten(peer=peer):
+                self._forget(peer, now, out)
             case PeerOnline(peer=peer, online=online):
                 self.online[peer] = online
                 self._maybe_fetch(now, out)
@@ -1247,6 +1256,22 @@ class Machine:
             self.counters["served_bytes"] += len(piece)
             self.counters["served_frames"] += 1
             pos = stop
+
+    def _forget(self, peer: str, now: float, out: list[Effect]) -> None:
+        self.peers.pop(peer, None)
+        self.online.pop(peer, None)
+        self.locating.pop(peer, None)
+        if self.fetch is not None and self.fetch.peer == peer:
+            self.fetch = None
+        if self.diverged.pop(peer, None) is not None:
+            out.append(Log(logging.WARNING, f"{self.name}: divergence with {peer} dropped: that "
+                                            "node was retired (syncd forget)"))
+            self.record_dirty = True
+            self._refreeze_or_live()
+            self._persist(now, out, force=True)
+            if not self.frozen:
+                self._announce(now, out, at_once=True)
+        self._maybe_fetch(now, out)
 
     # --- fetching -----------------------------------------------------------------------------
 

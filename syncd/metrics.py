@@ -1,19 +1,35 @@
 """Prometheus metrics (`[metrics] listen`), read from the daemon's status at scrape time.
 
-Nothing is counted on the replication path for this: a scrape takes one snapshot of
-`Node.status()` (the same document `syncd status --json` prints) on the event loop and turns
-it into metric families. Off unless configured; the example binds loopback only.
+A scrape takes one snapshot of `Node.status()` (the same document `syncd status --json`
+prints) and of the node's telemetry (`telemetry.py`: traffic by kind, refusals by reason,
+append → durable latency) on the event loop, and turns them into metric families; the
+process collector adds CPU, memory and open files. Off unless configured; the example binds
+loopback only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import platform
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import (
+    CollectorRegistry,
+    PlatformCollector,
+    ProcessCollector,
+    start_http_server,
+)
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
+
+from syncd import __version__
+from syncd.telemetry import REJECT_REASONS
 
 if TYPE_CHECKING:
     from syncd.node import Node
@@ -58,6 +74,9 @@ def families(status: Status) -> list[Metric]:
                                           labels=file_labels)
         for what, help in _COUNTERS.items() for unit in ("bytes", "frames")
     }
+    lag_s = GaugeMetricFamily("syncd_peer_lag_seconds",
+                              "how long ago this host held the first byte a peer still lacks",
+                              labels=[*file_labels, "peer"])
     files = status["files"]
     states = [f["state"] for f in files]
     # Every known state, even at 0 (alerts need the series), and any newer one as it appears.
@@ -72,11 +91,39 @@ def families(status: Status) -> list[Metric]:
         behind.add_metric(labels, max([0, *(s - f["size"] for s in consistent)]))
         for peer, p in f["peers"].items():
             lag.add_metric([*labels, peer], p["lag_bytes"])
+            lag_s.add_metric([*labels, peer], p.get("lag_seconds", 0.0))
         for (what, unit), family in counters.items():
             if f"{what}_{unit}" in f:
                 family.add_metric(labels, f[f"{what}_{unit}"])
-    return [connected, reconnects, rejected, online, by_state, diverged, size, ready, behind,
-            lag, *counters.values()]
+    build = GaugeMetricFamily("syncd_build_info", "always 1; the labels say what runs",
+                              labels=["version", "python"])
+    build.add_metric([__version__, platform.python_version()], 1)
+    return [build, connected, reconnects, rejected, online, by_state, diverged, size, ready,
+            behind, lag, lag_s, *counters.values(), *traffic(status.get("telemetry", {}))]
+
+
+def traffic(t: Mapping[str, Any]) -> list[Metric]:
+    """Frames and bytes by kind and direction, refusals by reason, append → durable latency."""
+    frames = CounterMetricFamily("syncd_frames", "frames sent and received, by kind",
+                                 labels=["direction", "kind"])
+    for direction, kind, n in t.get("frames", []):
+        frames.add_metric([direction, kind], n)
+    sizes = CounterMetricFamily("syncd_frame_bytes", "frame bytes sent and received, by kind",
+                                labels=["direction", "kind"])
+    for direction, kind, n in t.get("bytes", []):
+        sizes.add_metric([direction, kind], n)
+    rejected = CounterMetricFamily("syncd_rejected_frames_by_reason",
+                                   "frames refused, by reason", labels=["reason"])
+    counts = t.get("rejected", {})
+    for reason in [*REJECT_REASONS, *sorted(set(counts) - set(REJECT_REASONS))]:
+        rejected.add_metric([reason], counts.get(reason, 0))
+    latency = HistogramMetricFamily(
+        "syncd_append_to_durable_seconds",
+        "from a peer's live frame stamp (its clock) to the bytes being durable here",
+        labels=["peer"])
+    for peer, h in t.get("latency", {}).items():
+        latency.add_metric([peer], [(b, n) for b, n in h["buckets"]], h["sum"])
+    return [frames, sizes, rejected, latency]
 
 
 class StatusCollector(Collector):
@@ -92,7 +139,8 @@ def snapshot_from(node: Node, loop: asyncio.AbstractEventLoop) -> Callable[[], S
     the replicas live, never read from another thread while they change."""
 
     async def take() -> Status:
-        return {**node.status(), "reconnects": node.link.reconnects}
+        return {**node.status(), "reconnects": node.link.reconnects,
+                "telemetry": node.telemetry.snapshot()}
 
     def snapshot() -> Status:
         return asyncio.run_coroutine_threadsafe(take(), loop).result(timeout=10)
@@ -106,6 +154,9 @@ class Endpoint:
     def __init__(self, host: str, port: int, snapshot: Callable[[], Status]) -> None:
         registry = CollectorRegistry(auto_describe=False)
         registry.register(StatusCollector(snapshot))
+        # CPU, memory, open files and start time; Python's version (Linux /proc only).
+        ProcessCollector(registry=registry)
+        PlatformCollector(registry=registry)
         self._server, self._thread = start_http_server(port, host, registry)
 
     def close(self) -> None:

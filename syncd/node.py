@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from syncd import frames
+from syncd import frames, logs, retire
 from syncd.config import Config
 from syncd.frames import FrameError, Kind
 from syncd.freshness import ReplayGuard
@@ -39,8 +39,10 @@ from syncd.machine import (
 )
 from syncd.persist import RecordStore
 from syncd.replica import Replica
+from syncd.retire import Retired, Seen
 from syncd.scrub import scrub_forever
 from syncd.secret import SecretError, load_secret
+from syncd.telemetry import Telemetry
 from syncd.watcher import Watcher
 
 log = logging.getLogger("syncd.node")
@@ -103,13 +105,18 @@ class Node:
         self._stop = asyncio.Event()
         self._durable_hooks: list[Callable[[str, str, int], None]] = []
         self.started = time.time()
+        self.telemetry = Telemetry(time.monotonic())
+        self.retired = Retired()  # read in run(), once state_dir is known to be usable
+        self._chores: set[asyncio.Task[None]] = set()  # referenced until done (asyncio docs)
 
     # --- Host protocol for replicas ---------------------------------------------------------
 
     def send(self, kind: Kind, key: str, file: str, payload: frames.Payload, to: str = "",
              retain: bool = False) -> None:
         topic = frames.topic_for(self._prefix, frames.Topic(kind, self.node, key, file, to))
-        self.link.publish(topic, self.seal(topic, payload, None), retain=retain)
+        sealed = self.seal(topic, payload, None)
+        self.telemetry.count("sent", kind.value, len(sealed))
+        self.link.publish(topic, sealed, retain=retain)
 
     def seal(self, topic: str, payload: frames.Payload, ts: int | None) -> bytes:
         """Encode and authenticate a frame for `topic`, stamped with our session and order."""
@@ -137,6 +144,7 @@ class Node:
         return self._connected_at if self.link.connected.is_set() else None
 
     def durable(self, key: str, file: str, size: int) -> None:
+        self.telemetry.durable(key, file, size, time.time(), time.monotonic())
         for hook in self._durable_hooks:
             hook(key, file, size)
 
@@ -168,6 +176,10 @@ class Node:
     async def run(self, ready: Callable[[], None] | None = None) -> None:
         """Run until `stop()`; `ready` is called once replicas are loaded and the link is up."""
         self.check_dirs()
+        try:
+            self.retired = retire.load(self.state_dir)
+        except ValueError as e:
+            log.error("%s; retired nodes are forgotten until `syncd forget` runs again", e)
         self._discover()
         if self.config.watch:
             self._watcher.start()
@@ -276,8 +288,24 @@ class Node:
                 return None
             r = Replica(self, key, file, folder / file)
             self.replicas[(key, file)] = r
-            r.start()
+            # The replica's task inherits this context: its log lines carry key and file as
+            # fields (JSON logs) without every call passing them.
+            token = logs.FIELDS.set({"key": key, "file": file})
+            try:
+                r.start()
+            finally:
+                logs.FIELDS.reset(token)
+            chore = asyncio.get_running_loop().create_task(self._after_load(r))
+            self._chores.add(chore)
+            chore.add_done_callback(self._chores.discard)
         return r
+
+    async def _after_load(self, r: Replica) -> None:
+        await r.loaded.wait()
+        self.telemetry.baseline(r.key, r.file, r.machine.position.size)
+        # Divergences recorded before a restart may name a node retired since.
+        for node in list(self.retired.nodes):
+            r.forget_peer(node)
 
     def _discover(self, force: bool = False) -> None:
         # A new key directory changes the runtimes directory's mtime: skip the listing when
@@ -334,10 +362,14 @@ class Node:
             r.reconnected()
 
     def _on_message(self, topic: str, payload: bytes) -> None:
+        if not payload:
+            return  # a retained message being cleared (`syncd forget`): says nothing
         try:
             t = frames.parse_topic(self._prefix, topic)
             if t.sender == self.node:
                 return  # our own live bytes and retained positions echo back: not news
+            if t.kind is not Kind.NODE and t.sender in self.retired:
+                return  # a retired node's frames no longer count (see retire.py)
             stamp, body = frames.decode(t.kind, payload, max(self.chunk_bytes, 16 << 20),
                                         self.secret, topic)
         except FrameError as e:
@@ -345,37 +377,81 @@ class Node:
             return
         stale = self._guard.check(t.kind, t.sender, t.key, t.file, stamp)
         if stale is not None:
-            self._reject(topic, stale)
+            self._reject(topic, stale, t.sender)
             return
+        self.telemetry.count("received", t.kind.value, len(payload))
         if t.kind is Kind.NODE:
             assert isinstance(body, frames.Presence)
+            seen = self.retired.on_presence(t.sender, body.online, body.retired, stamp.ts)
+            if seen is Seen.RETIRE:
+                self._forget(t.sender, stamp.ts)
+                return
+            if seen is Seen.IGNORE:
+                return
+            if seen is Seen.RETURN:
+                self.retired.back(t.sender)
+                self._save_retired()
+                log.warning("retired node %s is back (a fresh presence): replicating with it "
+                            "again", t.sender, extra={"peer": t.sender})
             was = self.presence.get(t.sender)
             self.presence[t.sender] = body.online
             if was != body.online:
                 self.presence_since[t.sender] = time.time()
-                log.info("peer %s is %s", t.sender, "online" if body.online else "offline")
+                log.info("peer %s is %s", t.sender, "online" if body.online else "offline",
+                         extra={"peer": t.sender})
                 for each in self.replicas.values():
                     each.deliver(PeerOnline(t.sender, body.online))
             return
         event = _event(t.kind, t.sender, body)
         replica = self._replica(t.key, t.file) if event is not None else None
         if replica is not None and event is not None:
+            if t.kind is Kind.LIVE and replica.machine.frozen is None:
+                assert isinstance(body, frames.Data)
+                self.telemetry.expect(t.key, t.file, t.sender, body.end, stamp.ts,
+                                      replica.machine.position.size)
             replica.deliver(event)
 
-    def _reject(self, topic: str, reason: str) -> None:
+    def _forget(self, node: str, ts: int) -> None:
+        """A retirement notice: drop `node` from presence, every file and the metrics."""
+        self.retired.retire(node, ts)
+        self._save_retired()
+        self.presence.pop(node, None)
+        self.telemetry.forget(node)
+        for r in self.replicas.values():
+            if r.loaded.is_set():  # else _after_load does it
+                r.forget_peer(node)
+        log.warning("node %s was retired (syncd forget): dropped from status and metrics",
+                    node, extra={"peer": node})
+
+    def _save_retired(self) -> None:
+        try:
+            retire.save(self.state_dir, self.retired)
+        except OSError as e:
+            log.error("cannot record retired nodes in %s: %s", self.state_dir, e)
+
+    def _reject(self, topic: str, reason: str, sender: str | None = None) -> None:
         self.rejected += 1
+        self.telemetry.reject(reason)
         now = time.monotonic()
         # One line per 10 s at most: a hostile client must not flood the log.
         if now - self._last_reject_log >= 10:
             self._last_reject_log = now
             log.warning("rejected frame on %r: %s (%d rejected so far)", topic[:200], reason,
-                        self.rejected)
+                        self.rejected, extra={"peer": sender} if sender else None)
 
     # --- control socket ---------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
         files = [r.status() for _, r in sorted(self.replicas.items())]
         ready = sum(1 for f in files if f["ready"])
+        now = time.monotonic()
+        for f in files:
+            peers: dict[str, dict[str, Any]] = f["peers"]  # type: ignore[assignment]
+            for p in peers.values():
+                p["lag_seconds"] = round(self.telemetry.lag_seconds(
+                    f["key"], f["file"], p["size"], f["size"], now), 3)  # type: ignore[arg-type]
+            self.telemetry.prune(f["key"], f["file"],  # type: ignore[arg-type]
+                                 min((p["size"] for p in peers.values()), default=0))
         return {
             "node": self.node,
             "broker": self.link.broker,

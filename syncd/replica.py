@@ -18,7 +18,7 @@ from collections import deque
 from pathlib import Path
 from typing import Protocol
 
-from syncd import frames, store
+from syncd import frames, logs, store
 from syncd.archive import archive_copy
 from syncd.errors import ConcurrentWrite, FileReplaced
 from syncd.groupsync import GroupSync
@@ -48,6 +48,7 @@ from syncd.machine import (
     LookAgain,
     Machine,
     Mode,
+    PeerForgotten,
     Persist,
     Reassess,
     Reconnected,
@@ -178,6 +179,10 @@ class Replica:
         """A new broker connection: announce our position again and fetch what we lack."""
         self.deliver(Reconnected())
 
+    def forget_peer(self, node: str) -> None:
+        """`syncd forget`: a retired node's copy no longer counts, nor any divergence with it."""
+        self.deliver(PeerForgotten(node))
+
     def set_role(self, role: str) -> None:
         self.deliver(RoleChanged(role))
 
@@ -236,6 +241,7 @@ class Replica:
 
     async def _handle(self, event: Event) -> None:
         m = self.machine
+        logs.PEER.set(getattr(event, "peer", None))  # JSON log lines about it name the peer
         plan = m.reads_for(event)
         loop = asyncio.get_running_loop()
         try:

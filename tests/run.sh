@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one command that runs the whole test suite on a fresh Debian/Ubuntu machine:
 #   bash tests/run.sh
-# It installs what it needs (Mosquitto when absent, the Python packages into .venv),
+# It installs what it needs (Mosquitto and promtool when absent, the Python packages into .venv),
 # then runs ruff, mypy and pytest. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +11,14 @@ if ! command -v mosquitto >/dev/null 2>&1 && [ ! -x /usr/sbin/mosquitto ]; then
   echo "tests/run.sh: installing mosquitto (the tests start their own brokers)" >&2
   $SUDO apt-get update -q
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q mosquitto
+fi
+
+# promtool checks the shipped alert rules (monitoring/); Debian ships it in prometheus.
+if ! command -v promtool >/dev/null 2>&1; then
+  echo "tests/run.sh: installing prometheus (for promtool)" >&2
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends prometheus \
+    || echo "tests/run.sh: prometheus not installable here; the promtool tests will skip" >&2
 fi
 
 PY=${PYTHON:-python3}

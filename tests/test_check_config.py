@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import re
+import ssl
+import subprocess
 from pathlib import Path
 
+import aiomqtt
 from click.testing import CliRunner, Result
 
+from syncd.brokercheck import classify_connect_error
 from syncd.cli.main import main
 from tests.certs import CA
-from tests.cluster import TEST_SECRET
+from tests.cluster import TEST_SECRET, Broker
 
 
 def setup(tmp_path: Path, extra: str = "", mqtt: str = "") -> Path:
@@ -90,3 +94,99 @@ def test_load_errors_are_reported_as_run_reports_them(tmp_path: Path) -> None:
     assert result.stderr.startswith(f"syncd: config error: {config}:6: chunk_bytes: must be "
                                     "between")
     assert check(tmp_path / "missing.toml").exit_code == 2
+
+
+def broker_config(tmp_path: Path, broker: Broker, mqtt: str = "") -> Path:
+    config = setup(tmp_path, mqtt=f'port = {broker.port}\ntopic_prefix = "test/syncd"\n{mqtt}')
+    config.write_text(config.read_text().replace('"broker.internal"', '"127.0.0.1"'))
+    return config
+
+
+def check_broker(config: Path) -> Result:
+    return CliRunner().invoke(main, ["check-config", "--config", str(config), "--broker",
+                                     "--timeout", "2"])
+
+
+def test_broker_check_passes_on_an_open_broker(tmp_path: Path, broker: Broker) -> None:
+    result = check_broker(broker_config(tmp_path, broker))
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[1] == (
+        f"broker OK: connected to 127.0.0.1:{broker.port} as (anonymous); subscriptions "
+        "granted; live probe published and read back; largest frame (266279 bytes) "
+        "accepted; retained probe kept (and cleared)")
+
+
+def test_broker_check_names_an_acl_that_drops_our_publishes(tmp_path: Path) -> None:
+    acl = tmp_path / "read-only.acl"
+    acl.write_text("topic read test/syncd/#\n")
+    # `user root`: Mosquitto started as root would drop to its own user, who cannot read
+    # the test's files.
+    broker = Broker(tmp_path / "broker", extra=f"acl_file {acl}\nuser root\n")
+    broker.start()
+    try:
+        result = check_broker(broker_config(tmp_path, broker))
+    finally:
+        broker.stop()
+    assert result.exit_code == 1, result.output
+    assert result.stderr.startswith("syncd: broker check failed: acl: a probe published on "
+                                    "test/syncd/live/host-a/syncd-check/"), result.stderr
+    assert "drops this node's publishes (an ACL" in result.stderr
+
+
+def test_broker_check_names_a_packet_limit_below_the_largest_frame(tmp_path: Path) -> None:
+    broker = Broker(tmp_path / "broker", extra="max_packet_size 100000\n")
+    broker.start()
+    try:
+        result = check_broker(broker_config(tmp_path, broker))
+        assert result.exit_code == 1, result.output
+        assert "broker check failed: packet_limit: a probe of 266279 bytes" in result.stderr
+        # Frames that fit pass.
+        small = broker_config(tmp_path / "small", broker)
+        small.write_text(small.read_text().replace("[mqtt]", "chunk_bytes = 65536\n[mqtt]"))
+        assert check_broker(small).exit_code == 0
+    finally:
+        broker.stop()
+
+
+def test_broker_check_names_retained_messages_not_kept(tmp_path: Path) -> None:
+    broker = Broker(tmp_path / "broker", extra="retain_available false\n")
+    broker.start()
+    try:
+        result = check_broker(broker_config(tmp_path, broker))
+    finally:
+        broker.stop()
+    assert result.exit_code == 1, result.output
+    assert "broker check failed: retained: " in result.stderr
+
+
+def test_broker_check_names_refused_credentials_and_unreachable(tmp_path: Path) -> None:
+    passwd = tmp_path / "passwd"
+    subprocess.run(["mosquitto_passwd", "-c", "-b", str(passwd), "host-a", "right"],
+                   check=True, capture_output=True)
+    broker = Broker(tmp_path / "broker", extra=f"password_file {passwd}\nuser root\n")
+    broker.conf.write_text(broker.conf.read_text().replace("allow_anonymous true",
+                                                           "allow_anonymous false"))
+    (tmp_path / "pw").write_text("wrong\n")
+    broker.start()
+    try:
+        result = check_broker(broker_config(
+            tmp_path, broker, mqtt='username = "host-a"\npassword_file = "pw"\n'))
+        assert result.exit_code == 1, result.output
+        assert "broker check failed: credentials: " in result.stderr
+    finally:
+        broker.stop()
+    result = check_broker(broker_config(tmp_path / "down", broker))
+    assert result.exit_code == 1
+    assert "broker check failed: unreachable: " in result.stderr
+
+
+def test_connect_errors_are_classified() -> None:
+    verify = aiomqtt.MqttError("[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed")
+    assert classify_connect_error(verify) == "tls"
+    wrapped = aiomqtt.MqttError("handshake")
+    wrapped.__cause__ = ssl.SSLError("wrong version number")
+    assert classify_connect_error(wrapped) == "tls"
+    assert classify_connect_error(aiomqtt.MqttError("[code:135] Not authorized")) == (
+        "credentials")
+    assert classify_connect_error(aiomqtt.MqttError("[Errno 111] Connection refused")) == (
+        "unreachable")

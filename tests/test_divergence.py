@@ -20,7 +20,7 @@ def syncd(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def adopt(d: Daemon, source: str, key: str = KEY) -> subprocess.CompletedProcess[str]:
-    return syncd("adopt", key, "--from", source, "--config", str(d.config))
+    return syncd("adopt", key, "--from", source, "--config", str(d.config), "--yes")
 
 
 def located(d: Daemon, peer: str) -> dict[str, Any]:

@@ -69,3 +69,39 @@ def test_run_logs_json_lines(tmp_path: Path) -> None:
     finally:
         daemon.kill()
         broker.stop()
+
+
+def test_json_line_carries_key_file_and_peer_of_the_task() -> None:
+    fields = logs.FIELDS.set({"key": "bot-1", "file": "events.jsonl"})
+    peer = logs.PEER.set("host-b")
+    try:
+        doc = json.loads(logs.JsonFormatter().format(_record("frozen")))
+    finally:
+        logs.PEER.reset(peer)
+        logs.FIELDS.reset(fields)
+    assert (doc["key"], doc["file"], doc["peer"]) == ("bot-1", "events.jsonl", "host-b")
+    assert "key" not in json.loads(logs.JsonFormatter().format(_record("outside a task")))
+
+
+def test_run_json_lines_name_key_file_and_peer(tmp_path: Path) -> None:
+    broker = Broker(tmp_path / "broker")
+    broker.start()
+    a = Daemon(tmp_path, "a", broker, log_level="info", args=["--log-format", "json"])
+    b = Daemon(tmp_path, "b", broker)
+    for d, text in ((a, b'{"n": 1}\n{"n": 2}\n'), (b, b'{"n": 1}\n{"n": 3}\n')):
+        d.path("bot-1").parent.mkdir(parents=True)
+        d.path("bot-1").write_bytes(text)  # two histories: a divergence to log
+    try:
+        a.start()
+        b.start()
+
+        def diverged() -> dict[str, str] | None:
+            docs = [json.loads(line) for line in a.read_log().splitlines()]
+            return next((d for d in docs if "DIVERGED" in d["msg"]), None)
+
+        doc = wait_until(diverged, 15, "a to log the divergence")
+        assert (doc["key"], doc["file"], doc["peer"]) == ("bot-1", "events.jsonl", "b"), doc
+    finally:
+        a.kill()
+        b.kill()
+        broker.stop()

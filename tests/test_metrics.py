@@ -13,6 +13,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from syncd import __version__
 from syncd.metrics import StatusCollector
 from tests.cluster import Broker, Daemon, free_port, wait_until
 from tests.conftest import ishiki_lines
@@ -73,9 +74,9 @@ def scrape(port: int) -> Samples:
 
 def test_scrape_a_running_daemon(tmp_path: Path, broker: Broker,
                                  make_daemon: Callable[..., Daemon]) -> None:
-    port = free_port()
+    port, port_b = free_port(), free_port()
     a = make_daemon("a", broker, extra=f'[metrics]\nlisten = "127.0.0.1:{port}"\n')
-    b = make_daemon("b", broker)
+    b = make_daemon("b", broker, extra=f'[metrics]\nlisten = "127.0.0.1:{port_b}"\n')
     append(a.path("bot-1"), ishiki_lines(40))
     wait_equal(a.path("bot-1").read_bytes(), b, key="bot-1")
     labels = (("file", "events.jsonl"), ("key", "bot-1"))
@@ -95,6 +96,28 @@ def test_scrape_a_running_daemon(tmp_path: Path, broker: Broker,
     assert s[("syncd_file_size_bytes", labels)] == size
     assert s[("syncd_files", (("state", "in_sync"),))] == 1
     assert s[("syncd_rejected_frames_total", ())] == 0
+    assert s[("syncd_peer_lag_seconds", (*labels, ("peer", "b")))] == 0
+    assert s[("syncd_frames_total", (("direction", "sent"), ("kind", "pos")))] >= 1
+    assert s[("syncd_rejected_frames_by_reason_total", (("reason", "auth"),))] == 0
+    build = [k for k in s if k[0] == "syncd_build_info"]
+    assert len(build) == 1 and ("version", __version__) in build[0][1]
+    assert s[("process_resident_memory_bytes", ())] > 0
+    # The standby saw live frames become durable: append → durable latency, per writer.
+    append(a.path("bot-1"), ishiki_lines(5))
+    wait_equal(a.path("bot-1").read_bytes(), b, key="bot-1")
+    sb = wait_until(lambda: (x := scrape(port_b))[
+        ("syncd_append_to_durable_seconds_count", (("peer", "a"),))] >= 1 and x,
+        10, "b to observe a's live frames becoming durable")
+    assert sb[("syncd_append_to_durable_seconds_bucket", (("le", "+Inf"), ("peer", "a")))] >= 1
+    assert sb[("syncd_frame_bytes_total", (("direction", "received"), ("kind", "live")))] > 0
+    # b goes away: a's new bytes are missing there for longer and longer.
+    b.stop()
+    append(a.path("bot-1"), ishiki_lines(3))
+    lagging = (*labels, ("peer", "b"))
+    first = wait_until(lambda: (x := scrape(port))[("syncd_peer_lag_bytes", lagging)] > 0 and x,
+                       10, "a to see b lag")
+    wait_until(lambda: scrape(port)[("syncd_peer_lag_seconds", lagging)] >= (
+        first[("syncd_peer_lag_seconds", lagging)] + 0.3), 10, "b's lag in seconds to grow")
 
 
 def test_metrics_port_taken_stops_the_start(tmp_path: Path, broker: Broker) -> None:

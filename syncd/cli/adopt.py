@@ -4,6 +4,8 @@ Run it on the host whose copy should lose, with the bot stopped there. The local
 into `<state_dir>/archive/` with a manifest (never deleted), NODE's whole copy is fetched and
 verified by digest, and replication resumes. `--from` this host's own node name keeps the local
 copy as it is now instead (after a deliberate reset, say).
+
+It asks before archiving, unless --yes: the local copy stops being the file the bot uses.
 """
 
 from __future__ import annotations
@@ -23,9 +25,28 @@ from syncd.node import SOCKET_NAME
 @click.option("--from", "source", required=True, metavar="NODE",
               help="The node whose copy wins (this node's own name keeps the local copy).")
 @config_option
-def command(key: str, source: str, config_path: Path) -> None:
-    """Archive this host's copy of KEY and take NODE's copy instead."""
+@click.option("--yes", "-y", is_flag=True, help="Do not ask before archiving the local copy.")
+def command(key: str, source: str, config_path: Path, yes: bool) -> None:
+    """Archive this host's copy of KEY and take NODE's copy instead.
+
+    \b
+    Exit status:
+      0  adopted (or, with --from this node, the local copy kept)
+      1  refused or not confirmed (unknown or offline NODE, not a replicated key, no
+         progress for 60 s), or failed; the message says which
+      2  the daemon could not be asked, or the config is not usable
+    """
     config = load_or_exit(config_path)
+    if source != config.node and not yes:
+        question = (f"Archive this host's copy of {key} (into {config.state_dir}/archive/) and "
+                    f"replace it with {source}'s? Stop the bot on this host first.")
+        if not sys.stdin.isatty():
+            click.echo(f"syncd adopt: {question}\nsyncd adopt: not a terminal, nothing "
+                       "changed: confirm with --yes", err=True)
+            sys.exit(1)
+        if not click.confirm(question, default=False, err=True):
+            click.echo("syncd adopt: nothing changed", err=True)
+            sys.exit(1)
     bar = None
     shown = ""
     try:

@@ -3,11 +3,14 @@
 Beyond what loading checks (syntax, keys, values), it looks at what `syncd run` will need:
 runtimes_dir readable and writable, state_dir writable or creatable, the secret, password and
 TLS files readable and well-formed. Permissions are those of the user running the check, so
-run it as the service's user. Exit 0 usable, 2 not (every problem on its own line).
+run it as the service's user. With --broker it also connects and sends probes (brokercheck.py).
+Exit 0 usable, 1 the broker check failed, 2 the config is not usable (every problem on its own
+line).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import pwd
 import re
@@ -16,12 +19,13 @@ from pathlib import Path
 
 import click
 
-from syncd import tls
+from syncd import brokercheck, tls
 from syncd.cli.common import config_option
 from syncd.config import Config, ConfigError, _line_of, load_config
 from syncd.secret import SecretError, load_secret
 
 EXIT_OK = 0
+EXIT_BROKER = 1
 EXIT_UNUSABLE = 2
 
 _RWX = os.R_OK | os.W_OK | os.X_OK
@@ -92,10 +96,21 @@ def keys_found(config: Config) -> int:
 
 @click.command("check-config")
 @config_option
-def command(config_path: Path) -> None:
+@click.option("--broker", is_flag=True,
+              help="Also connect to the broker as this node and check that it carries syncd's "
+                   "traffic: credentials, TLS, ACL (probes published on this node's own topics "
+                   "and read back), retained messages, packet limit.")
+@click.option("--timeout", default=5.0, show_default=True, type=click.FloatRange(0.1, 120),
+              help="Seconds to wait for each probe (with --broker).")
+def command(config_path: Path, broker: bool, timeout: float) -> None:
     """Check a config file and the paths it names, without starting anything.
 
-    Exits 0 when `syncd run` could start with it, 2 otherwise.
+    \b
+    Exit status:
+      0  `syncd run` could start with it (and, with --broker, the broker carries its traffic)
+      1  --broker: the broker check failed; the message starts with the cause:
+         unreachable, credentials, tls, subscribe, acl, packet_limit or retained
+      2  the config or a path, secret, password or TLS file it names is not usable
     """
     try:
         config = load_config(config_path)
@@ -109,6 +124,13 @@ def command(config_path: Path) -> None:
         sys.exit(EXIT_UNUSABLE)
     click.echo(f"config OK: node {config.node}, {keys_found(config)} keys found under "
                f"{config.runtimes_dir}")
+    if broker:
+        try:
+            passed = asyncio.run(brokercheck.check(config, timeout))
+        except brokercheck.BrokerProblem as e:
+            click.echo(f"syncd: broker check failed: {e.cause}: {e}", err=True)
+            sys.exit(EXIT_BROKER)
+        click.echo(f"broker OK: {'; '.join(passed)}")
     if os.geteuid() == 0:
         click.echo("note: checked as root, who may read and write anything; to check the "
                    "service's permissions: sudo -u syncd syncd check-config --config "

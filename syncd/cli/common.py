@@ -24,10 +24,12 @@ def config_option(f: F) -> F:
 
 
 def key_config_option(f: F) -> F:
-    """--config for the offline commands: optional, needed only to name a KEY, not a PATH."""
+    """--config for the offline commands: the same default as every other command, read only
+    to name a KEY (a PATH needs no config at all)."""
     return click.option(
         "--config", "config_path", type=click.Path(path_type=Path, dir_okay=False),
-        help="Config file, needed to name an instance KEY instead of a PATH.",
+        default=DEFAULT_CONFIG, show_default=True,
+        help="The syncd TOML config file; read only when naming an instance KEY.",
     )(f)
 
 

@@ -28,7 +28,15 @@ from syncd.node import Node, StartupError
               help="text (without timestamps under journald, which adds its own) or json "
                    "(one object per line).")
 def command(config_path: Path, log_level: str, log_format: str) -> None:
-    """Run the replicator in the foreground."""
+    """Run the replicator in the foreground.
+
+    \b
+    Exit status:
+      0  stopped by SIGTERM or SIGINT
+      1  an internal error (logged; systemd restarts the service)
+      2  a config or setup problem (directories, secret, TLS files, metrics port): fix it,
+         restarting cannot (syncd check-config names it)
+    """
     config = load_or_exit(config_path)
     try:  # read now, so that a bad file stops the start rather than every connection attempt
         config.password()

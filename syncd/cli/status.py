@@ -1,5 +1,9 @@
 """`syncd status`: what the running daemon sees, per key and file and per peer.
 
+Presentation only: the daemon's status document (`--json`) is the source of every fact; this
+module filters it (KEY..., --problems), sizes it for people (KiB, MiB; lag in bytes and
+seconds) and adds a summary line.
+
 Exit status: 0 all good; 1 some file is frozen (diverged, reset) or stuck (paused: disk
 full; error: unreadable), here or, as a peer announces it, on a peer (a writer's clear() leaves
 every standby's copy in_sync, and only the writer's announcement tells); 2 the daemon could
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -25,38 +30,121 @@ from syncd.control import ControlError, query
 from syncd.node import SOCKET_NAME
 
 PROBLEM_STATES = {"diverged", "reset", "paused", "error"}
+EXIT_OK, EXIT_PROBLEMS, EXIT_UNREACHABLE = 0, 1, 2
 
 
 @click.command("status")
+@click.argument("keys", nargs=-1, metavar="[KEY]...")
 @config_option
 @click.option("--json", "as_json", is_flag=True, help="Print the status as one JSON object.")
 @click.option("--ready", "ready_keys", is_flag=True,
               help="Exit 0 only if this host can take over every KEY now (1 otherwise), "
                    "printing the reasons.")
-@click.argument("keys", nargs=-1, metavar="[KEY...]")
-def command(config_path: Path, as_json: bool, ready_keys: bool, keys: tuple[str, ...]) -> None:
-    """Show each replicated file's state as the running daemon sees it."""
-    if keys and not ready_keys:
-        raise click.UsageError("KEY arguments go with --ready")
+@click.option("--problems", is_flag=True,
+              help="Only files that need a look: frozen, paused, error, behind, or not ready.")
+@click.option("--watch", is_flag=True, help="Redraw every --interval seconds until Ctrl-C.")
+@click.option("--interval", default=2.0, show_default=True, type=click.FloatRange(0.2, 3600),
+              help="Seconds between redraws with --watch.")
+def command(keys: tuple[str, ...], config_path: Path, as_json: bool, ready_keys: bool,
+            problems: bool, watch: bool, interval: float) -> None:
+    """Show each replicated file's state as the running daemon sees it (only KEYs, if given).
+
+    \b
+    Exit status:
+      0  no file shown is frozen or stuck (with --ready: every KEY can be taken over now)
+      1  some file shown is diverged, reset, paused (disk full) or in error (unreadable),
+         or a peer announces its copy frozen (with --ready: some KEY cannot be taken over)
+      2  the daemon could not be asked (not running, permissions, wrong --config)
+    """
     if ready_keys and not keys:
         raise click.UsageError("--ready needs at least one KEY")
     config = load_or_exit(config_path)
-    try:
-        status = query(config.state_dir / SOCKET_NAME, "status")["status"]
-    except ControlError as e:
-        click.echo(f"syncd: {e}", err=True)
-        sys.exit(2)
     if ready_keys:
-        ok, text = ready_report(status, keys)
+        try:
+            whole = query(config.state_dir / SOCKET_NAME, "status")["status"]
+        except ControlError as e:
+            click.echo(f"syncd: {e}", err=True)
+            sys.exit(EXIT_UNREACHABLE)
+        ok, text = ready_report(whole, keys)
         click.echo(text)
-        sys.exit(0 if ok else 1)
-    if as_json:
-        click.echo(orjson.dumps(status, option=orjson.OPT_INDENT_2).decode())
-    else:
-        click.echo(render(status))
+        sys.exit(EXIT_OK if ok else EXIT_PROBLEMS)
+    while True:
+        try:
+            whole = query(config.state_dir / SOCKET_NAME, "status")["status"]
+        except ControlError as e:
+            click.echo(f"syncd: {e}", err=True)
+            sys.exit(EXIT_UNREACHABLE)
+        status = select(whole, keys, problems)
+        unknown = sorted(set(keys) - {f["key"] for f in whole["files"]})
+        if unknown:
+            click.echo(f"syncd status: no replicated file for {', '.join(unknown)}", err=True)
+        if as_json:
+            click.echo(orjson.dumps(status, option=orjson.OPT_INDENT_2).decode())
+        else:
+            if watch and sys.stdout.isatty():
+                click.clear()
+            text = render(status)
+            if watch:
+                text = f"{time.strftime('%H:%M:%S')}  every {interval:g}s, Ctrl-C to stop\n" + text
+            click.echo(text)
+        if not watch:
+            break
+        try:
+            time.sleep(interval)  # pacing for a person, not synchronisation
+        except KeyboardInterrupt:
+            break
+        if not sys.stdout.isatty():
+            click.echo()
     if any(f["state"] in PROBLEM_STATES or any(p["frozen"] for p in f["peers"].values())
            for f in status["files"]):
-        sys.exit(1)
+        sys.exit(EXIT_PROBLEMS)
+
+
+def is_problem(f: dict[str, Any]) -> bool:
+    return bool(f["state"] in PROBLEM_STATES or f["state"] == "behind" or not f["ready"]
+                or f.get("note"))
+
+
+def select(status: dict[str, Any], keys: Iterable[str], problems: bool) -> dict[str, Any]:
+    """The status with only the files asked for (all keys when none are named)."""
+    wanted = set(keys)
+    files = [f for f in status["files"] if (not wanted or f["key"] in wanted)
+             and (not problems or is_problem(f))]
+    return {**status, "files": files}
+
+
+def human(n: int) -> str:
+    """Bytes for people: exact below 1 KiB, else three significant digits and a binary unit."""
+    if n < 1024:
+        return f"{n} B"
+    value = float(n)
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        value /= 1024
+        if value < 1024 or unit == "TiB":
+            return f"{value:.3g} {unit}" if value < 1000 else f"{value:.0f} {unit}"
+    raise AssertionError("unreachable")
+
+
+def _peer(name: str, p: dict[str, Any]) -> str:
+    text = f"{name}={human(p['size'])} {p['frozen'] or p['state']}"
+    if p.get("lag_bytes"):
+        text += f" lag {human(p['lag_bytes'])}"
+        if p.get("lag_seconds") is not None:
+            text += f"/{p['lag_seconds']:.1f}s"
+    return text + ("" if p["online"] else " (offline)")
+
+
+def summary(files: list[dict[str, Any]]) -> str:
+    """One line: how many files, by state, and how many are ready to take over."""
+    by_state: dict[str, int] = {}
+    for f in files:
+        by_state[f["state"]] = by_state.get(f["state"], 0) + 1
+    states = ", ".join(f"{n} {state}" for state, n in sorted(by_state.items()))
+    frozen = sum(by_state.get(s, 0) for s in ("diverged", "reset"))
+    ready = sum(1 for f in files if f["ready"])
+    return (f"{len(files)} file{'s' if len(files) != 1 else ''}"
+            f"{': ' + states if states else ''}; {ready} ready to take over"
+            f"{f'; {frozen} FROZEN (see above)' if frozen else ''}")
 
 
 def render(status: dict[str, Any]) -> str:
@@ -70,11 +158,8 @@ def render(status: dict[str, Any]) -> str:
         head += f"  offline: {', '.join(offline)}"
     rows = [("KEY", "FILE", "SIZE", "STATE", "READY", "PEERS")]
     for f in status["files"]:
-        peer_text = ", ".join(
-            f"{n}={p['size']} {p['frozen'] or p['state']}{'' if p['online'] else ' (offline)'}"
-            for n, p in f["peers"].items()
-        ) or "-"
-        rows.append((f["key"], f["file"], str(f["size"]), f["state"],
+        peer_text = ", ".join(_peer(n, p) for n, p in f["peers"].items()) or "-"
+        rows.append((f["key"], f["file"], human(f["size"]), f["state"],
                      "yes" if f["ready"] else "no", peer_text))
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     lines = [head, ""]
@@ -110,10 +195,7 @@ def render(status: dict[str, Any]) -> str:
         for note in f.get("notes", []):
             if note != f.get("note"):  # a noticed edit is printed above already
                 lines.append(f"{name}: {note}")
-    ready = status.get("ready_count")
-    if ready is not None:
-        lines.extend(["", f"ready to take over: {ready['yes']} of {ready['yes'] + ready['no']} "
-                          "files"])
+    lines += ["", summary(status["files"])]
     return "\n".join(lines)
 
 

@@ -14,7 +14,7 @@ from typing import NoReturn
 import click
 import orjson
 
-from syncd.cli.common import key_config_option
+from syncd.cli.common import DEFAULT_CONFIG, key_config_option
 from syncd.config import ConfigError, load_config
 from syncd.names import is_valid_name
 from syncd.verify import LogChecker, Problem, Report
@@ -41,7 +41,7 @@ def resolve_files(target: str, config_path: Path | None) -> list[Path]:
         return [path]
     if path.exists():
         return [path]
-    if config_path is None:
+    if config_path is None or (config_path == DEFAULT_CONFIG and not config_path.exists()):
         raise UnusableTarget(
             f"{target}: no such file (to name an instance key, pass --config FILE)"
         )
