@@ -245,7 +245,7 @@ def test_text_status_shows_reasons_notes_and_the_count() -> None:
     text = render(status_doc(file_doc("k1", False, ["a announces its copy reset"], ["n1"])))
     assert "k1/events.jsonl: not ready to take over: a announces its copy reset" in text
     assert "k1/events.jsonl: n1" in text
-    assert text.endswith("ready to take over: 0 of 1 files")
+    assert text.endswith("1 file: 1 in_sync; 0 ready to take over")
 
 
 # --- end to end ----------------------------------------------------------------------------
