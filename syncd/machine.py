@@ -294,8 +294,8 @@ class RoleChanged:
 
 Event = (Loaded | LoadFailed | Look | Tick | Drained | Reconnected | PeerForgotten | PeerOnline
          | PeerPos | PeerData | PeerRequest | PeerRefuse | PeerProbe | PeerProbed | Reassess
-         | Appended | AppendFailed | Synced | SyncFailed | Rehashed | Archived | ArchiveFailed | LineFound
-         | AdoptRequested | ScrubMismatch | IoFailed | RoleChanged)
+         | Appended | AppendFailed | Synced | SyncFailed | Rehashed | Archived | ArchiveFailed
+         | LineFound | AdoptRequested | ScrubMismatch | IoFailed | RoleChanged)
 
 
 # --- effects --------------------------------------------------------------------------------
