@@ -496,6 +496,10 @@ class Machine:
         self.settle: Settle | None = None
         self.own_removal_until = float("-inf")
         self.locating: dict[str, float] = {}  # peer -> when we last asked it where we part
+        # peer -> what tells it our copies differ (our digest at an offset both hold): sent
+        # again with each locate retry until the peer shows it knows (it announces a freeze),
+        # so that a lost frame never leaves a fork shown on one side only.
+        self.refusals: dict[str, Refuse] = {}
         self._record: FileRecord | None = None  # during LOADING
         self._record_chain: list[bytes] = []
         self._rebuilt = False  # the chain file must be rewritten whole at the next persist
@@ -646,7 +650,7 @@ class Machine:
             case Reassess(peer=peer):
                 view = self.peers.get(peer)
                 if view is not None:
-                    self._assess(peer, view, snap, now, wall, out)
+                    self._assess(peer, view, snap, now, wall, out, reread=False)
             case PeerData():
                 self._on_data(event, snap, now, wall, out)
             case PeerRequest(peer=peer, request=r):
@@ -704,7 +708,9 @@ class Machine:
             else None,
         ) if t is not None]
         for peer, f in self.diverged.items():
-            if f.line is None and self.online.get(peer) and self.ledger is not None:
+            view = self.peers.get(peer)
+            unaware = peer in self.refusals and (view is None or view.frozen is None)
+            if (f.line is None or unaware) and self.online.get(peer) and self.ledger is not None:
                 times.append(self.locating.get(peer, float("-inf")) + LOCATE_RETRY)
         return min(times) if times else None
 
@@ -788,6 +794,9 @@ class Machine:
         self.record_dirty = True
         self._enter(Mode.FROZEN if self.frozen else Mode.LIVE)
         out.append(LogCheck(restart=False))
+        if self._rebuilt and ledger.size:
+            # Hashed from the file as it is: the writer's last bytes may not be durable yet.
+            out.append(Sync(local=True))
         out.append(Send(Kind.POS, self._announcement(), retain=True))
         self.last_announce = now
         out.append(LookAgain())
@@ -924,7 +933,7 @@ class Machine:
             seen = (st.ino, st.size, st.mtime_ns)
             if self.settle is None or self.settle.seen != seen:
                 self.settle = Settle(seen, now)
-            elif now - self.settle.since >= SETTLE:
+            elif now >= self.settle.since + SETTLE:
                 self.settle = None
                 out.append(Rehash("shrunk", whole_lines=False))
             return
@@ -1020,6 +1029,7 @@ class Machine:
             view.verified = False
         self.record_dirty = True
         out.append(LogCheck(restart=True))
+        out.append(Sync(local=True))  # durable before announced, edited bytes included
         self._announce(now, out, at_once=True)
 
     # --- peers --------------------------------------------------------------------------------
@@ -1050,7 +1060,7 @@ class Machine:
         self._maybe_fetch(now, out)
 
     def _assess(self, peer: str, view: PeerView, snap: Snapshot, now: float, wall: float,
-                out: list[Effect]) -> None:
+                out: list[Effect], reread: bool = True) -> None:
         if view.position.size <= self.position.size:
             view.ahead_since = None
         elif view.ahead_since is None:
@@ -1073,16 +1083,20 @@ class Machine:
             return
         ours = self._digest_at(theirs.size, snap)
         if ours is None:
-            out.append(Reassess(peer))  # needs bytes of an older block: read, then judge
+            # Needs bytes of an older block: read them, then judge. If they were read and are
+            # not there, the file shrank under us: the look says how.
+            out.append(Reassess(peer) if reread else LookAgain())
             return
         view.state = judge_peer(Position(ledger.size, ledger.digest()), theirs, ours)
         view.verified = view.state is not PeerState.DIVERGED
         if view.state is PeerState.DIVERGED:
+            self.refusals[peer] = Refuse(theirs.size, ours)
             self._diverge(peer, theirs.size, f"{peer} announced a copy of {theirs.size} bytes "
                           "whose prefix differs from ours", now, wall, out)
         elif peer in self.diverged and view.frozen is None:
             # Consistent with ours again, and no longer frozen itself: it adopted our copy.
             del self.diverged[peer]
+            self.refusals.pop(peer, None)
             self.record_dirty = True
             out.append(Log(logging.WARNING, f"{self.name}: {peer}'s copy is consistent with "
                                             "ours again; divergence with it cleared"))
@@ -1103,6 +1117,7 @@ class Machine:
         if verdict is Verdict.DUPLICATE:
             return
         if verdict is Verdict.DIVERGED:
+            self.refusals[peer] = Refuse(ledger.size, ledger.digest())
             self._diverge(peer, d.offset, f"{peer} sent bytes at {d.offset} after a prefix "
                           "that differs from ours", now, wall, out)
             return
@@ -1145,8 +1160,8 @@ class Machine:
         assert ledger is not None
         at = ledger.size
         if local:
-            out.append(Send(Kind.REFUSE, Refuse(at + len(local), ledger.digest_with(local)),
-                            to=peer))
+            self.refusals[peer] = Refuse(at + len(local), ledger.digest_with(local))
+            out.append(Send(Kind.REFUSE, self.refusals[peer], to=peer))
         self._diverge(peer, at, f"unfinished local line past offset {at} "
                       f"({len(local)} bytes), while {peer} sent other bytes for that offset",
                       now, wall, out)
@@ -1224,7 +1239,8 @@ class Machine:
         verdict = judge_request(ledger.size, r.have, r.digest, ours)
         if verdict is Verdict.DIVERGED:
             assert ours is not None
-            out.append(Send(Kind.REFUSE, Refuse(r.have, ours), to=peer))
+            self.refusals[peer] = Refuse(r.have, ours)
+            out.append(Send(Kind.REFUSE, self.refusals[peer], to=peer))
             self._diverge(peer, r.have, f"{peer} asked for bytes after a prefix of {r.have} "
                           "bytes that differs from ours", now, wall, out)
             return
@@ -1263,6 +1279,7 @@ class Machine:
         self.locating.pop(peer, None)
         if self.fetch is not None and self.fetch.peer == peer:
             self.fetch = None
+        self.refusals.pop(peer, None)
         if self.diverged.pop(peer, None) is not None:
             out.append(Log(logging.WARNING, f"{self.name}: divergence with {peer} dropped: that "
                                             "node was retired (syncd forget)"))
@@ -1322,7 +1339,7 @@ class Machine:
                 self._enter(Mode.LOADING)
                 out.append(Reload())
             return
-        if self.fetch is not None and now > self.fetch.deadline:
+        if self.fetch is not None and now >= self.fetch.deadline:
             out.append(Log(logging.INFO, f"{self.name}: no answer from {self.fetch.peer} for "
                                          f"bytes up to {self.fetch.upto}; asking again"))
             self.fetch = None
@@ -1333,11 +1350,17 @@ class Machine:
                 out.append(LookAgain())
             else:
                 t.retrying = True  # fetch again; a failing append pauses us again
-        if self.settle is not None and now - self.settle.since >= SETTLE:
+                self._maybe_fetch(now, out)
+                if self.fetch is None:
+                    self.trouble = None  # nothing left to write: not paused any more
+        if self.settle is not None and now >= self.settle.since + SETTLE:
             out.append(LookAgain())
         for peer, f in self.diverged.items():
             asked = self.locating.get(peer)
-            if f.line is None and (asked is None or now - asked > LOCATE_RETRY):
+            due = asked is None or now >= asked + LOCATE_RETRY
+            view = self.peers.get(peer)
+            unaware = view is None or view.frozen is None
+            if due and (f.line is None or (unaware and peer in self.refusals)):
                 self._locate(peer, now, out)
         self._maybe_fetch(now, out)
         self._persist(now, out)
@@ -1413,7 +1436,7 @@ class Machine:
     def _persist(self, now: float, out: list[Effect], force: bool = False) -> None:
         if not self._persist_ready():
             return
-        if not force and now - self.last_persist < self.tuning.persist_interval:
+        if not force and now < self.last_persist + self.tuning.persist_interval:
             return
         out.append(self._persist_record(durable=force))
         self.record_dirty = False
@@ -1470,7 +1493,13 @@ class Machine:
         if self.ledger is None or not self.online.get(peer):
             return
         self.locating[peer] = now
-        out.append(Send(Kind.PROBE, Probe(ProbeWhat.SUMS, 0, self._sums_per_frame()), to=peer))
+        refusal = self.refusals.get(peer)
+        view = self.peers.get(peer)
+        if refusal is not None and (view is None or view.frozen is None):
+            out.append(Send(Kind.REFUSE, refusal, to=peer))
+        if self.diverged.get(peer) is None or self.diverged[peer].line is None:
+            out.append(Send(Kind.PROBE, Probe(ProbeWhat.SUMS, 0, self._sums_per_frame()),
+                            to=peer))
 
     def _sums_per_frame(self) -> int:
         return max(1, self.tuning.chunk_bytes // DIGEST_SIZE)
@@ -1537,6 +1566,13 @@ class Machine:
             out.append(Sync(local=False))
             out.append(Redeliver(AdoptRequested(source, ticket)))
             return
+        view = self.peers.get(source)
+        if source != self.node and view is not None and view.frozen == "reset":
+            out.append(AdoptDone(ticket, {"error": (
+                f"{source}'s copy of {self.name} is reset (its file was cleared or replaced): "
+                f"it holds nothing it can vouch for. On {source}, keep its new copy first "
+                f"(syncd adopt {self.key} --from {source}), then adopt it here")}))
+            return
         if source == self.node:
             out.append(Rehash("keep"))
             self.adoption = Adoption(source, ticket)
@@ -1558,6 +1594,7 @@ class Machine:
         self.ledger = Ledger()
         self._rebuilt = True
         self.freeze, self.diverged, self.note, self.intent = None, {}, None, None
+        self.refusals.clear()
         self.settle = None
         self.locating.clear()
         self.fetch = None
@@ -1597,6 +1634,7 @@ class Machine:
         self.ledger = fresh if fresh is not None else Ledger()
         self._rebuilt = True
         self.freeze, self.diverged, self.note, self.intent = None, {}, None, None
+        self.refusals.clear()
         self.locating.clear()
         self._adopt_stat(st)
         self.position = Position(self.ledger.size, self.ledger.digest())

@@ -1,0 +1,1 @@
+"""The deterministic simulator of one replicated file on 2-5 hosts (see world.py)."""

@@ -1,0 +1,775 @@
+"""A deterministic world around the real per-file machine: simulated disks, broker and clock.
+
+FoundationDB and TigerBeetle's VOPR test the real code this way: one thread, a seeded random
+source decides every fault and every interleaving, and invariants are checked after every
+step, so any failure replays exactly from its seed. Here each simulated host runs the real
+`syncd.machine.Machine` behind a small shell that does what `syncd/replica.py` does with
+real files (reads planned bytes, performs effects, feeds results back), on a disk that keeps
+written-but-unsynced bytes apart from durable ones (a power loss drops them).
+
+Blocks are shrunk to BLOCK_SIM bytes while a world runs (`small_blocks`), so that a few lines
+cross block boundaries, where the re-check of the end is most delicate.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import heapq
+import random
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from syncd import ledger as ledger_mod
+from syncd import machine as machine_mod
+from syncd import reconcile as reconcile_mod
+from syncd.frames import Announce, Kind
+from syncd.ledger import Ledger, digest_of
+from syncd.machine import (
+    EMPTY,
+    AdoptDone,
+    AdoptRequested,
+    Append,
+    AppendFailed,
+    Appended,
+    Archive,
+    Archived,
+    Drained,
+    Durable,
+    Event,
+    FindLine,
+    IoFailed,
+    LineFound,
+    Loaded,
+    Log,
+    LogCheck,
+    Look,
+    LookAgain,
+    Machine,
+    Mode,
+    PeerData,
+    PeerOnline,
+    PeerPos,
+    PeerProbe,
+    PeerProbed,
+    PeerRefuse,
+    PeerRequest,
+    Persist,
+    Reassess,
+    Reconnected,
+    Redeliver,
+    Rehash,
+    Rehashed,
+    Reload,
+    ScrubMismatch,
+    Send,
+    Snapshot,
+    Sync,
+    Synced,
+    Tick,
+    Tuning,
+)
+from syncd.persist import FileRecord
+from syncd.reconcile import PeerState
+from syncd.store import Stat
+
+BLOCK_SIM = 64
+KEY, FILE = "k", "events.jsonl"
+
+
+@contextlib.contextmanager
+def small_blocks(size: int = BLOCK_SIM) -> Iterator[None]:
+    """Run with blocks of `size` bytes (the modules bound BLOCK at import: patch each)."""
+    mods = (ledger_mod, machine_mod, reconcile_mod)
+    saved = [m.BLOCK for m in mods]
+    for m in mods:
+        m.BLOCK = size  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        for m, v in zip(mods, saved, strict=True):
+            m.BLOCK = v  # type: ignore[attr-defined]
+
+
+class Violation(AssertionError):
+    pass
+
+
+@dataclass
+class SimFile:
+    inode: int
+    data: bytearray
+    synced: bytes  # what survives a power loss
+    mtime: int
+
+    def stat(self) -> Stat:
+        return Stat(1, self.inode, len(self.data), self.mtime, self.mtime)
+
+
+@dataclass
+class Stored:
+    record: FileRecord
+    chain: list[bytes]
+
+
+@dataclass
+class SimHost:
+    name: str
+    world: World
+    file: SimFile | None = None
+    machine: Machine | None = None
+    alive: bool = False
+    connected: bool = False
+    inbox: deque[Event] = field(default_factory=deque)
+    look_pending: bool = False
+    stored: Stored | None = None  # the record as written (survives a crash of the process)
+    stored_durable: Stored | None = None  # what survives a power loss
+    fail_reads: int = 0  # the next reads fail (EMFILE)
+    fail_appends: int = 0  # the next appends fail (ENOSPC)
+    look_failing: bool = False
+    torn: bytes | None = None  # the rest of a line this host's writer has half written
+    archives: list[bytes] = field(default_factory=list)
+    adopt_floor: tuple[str, int] | None = None  # (winner, its position when we asked)
+    announced: tuple[int, bytes] | None = None  # last position announced (durable)
+    # An operator or writer changed bytes in place, truncated or replaced the file: what it
+    # announced may have been edited away, not lost (the power-loss check then skips it).
+    tampered: bool = False
+    wakeup: float | None = None
+    spins: int = 0  # wake-ups in a row that asked for a time already past
+
+    # --- the shell: what replica.py does, on simulated parts ------------------------------
+
+    @property
+    def m(self) -> Machine:
+        assert self.machine is not None
+        return self.machine
+
+    def start(self) -> None:
+        w = self.world
+        self.alive = True
+        self.machine = Machine(self.name, KEY, FILE, "symmetric", w.tuning,
+                               online={h: w.hosts[h].connected for h in w.hosts if h != self.name})
+        self.inbox.clear()
+        self.look_pending = False
+        st = self.stored
+        self.handle(Loaded(st.record, list(st.chain)) if st else Loaded(None, []))
+        self.look_pending = True
+        self.drain()
+        w.connect(self)
+
+    def deliver(self, event: Event) -> None:
+        if not self.alive:
+            return
+        self.inbox.append(event)
+        self.drain()
+
+    def drain(self) -> None:
+        guard = 0
+        while self.inbox or self.look_pending:
+            guard += 1
+            if guard > 10_000:
+                raise Violation(f"{self.name}: the shell never drains (effects loop)")
+            if self.inbox:
+                event = self.inbox.popleft()
+            else:
+                self.look_pending = False
+                event = Look()
+            self.handle(event)
+        self.handle(Drained())
+        self.world.arm(self)
+
+    def handle(self, event: Event) -> None:
+        w = self.world
+        m = self.m
+        plan = m.reads_for(event)
+        f = self.file
+        if isinstance(event, Look | PeerData) and self.fail_reads > 0:
+            self.fail_reads -= 1
+            if isinstance(event, Look):
+                self.look_failing = True
+            effects = m.handle(IoFailed(event, "Too many open files"), EMPTY, w.now, w.wall())
+        else:
+            reads = {}
+            line_end = None
+            if f is not None:
+                for a, b in plan.ranges:
+                    reads[(a, b)] = bytes(f.data[a:b]) if b > a else b""
+                if plan.line_end_from is not None:
+                    cut = f.data.rfind(b"\n", plan.line_end_from)
+                    line_end = cut + 1 if cut >= 0 else plan.line_end_from
+            if isinstance(event, Look):
+                self.look_failing = False
+            snap = Snapshot(f.stat() if f else None, reads, line_end)
+            effects = m.handle(event, snap, w.now, w.wall())
+        self.perform(effects)
+
+    def perform(self, effects: list[Any]) -> None:
+        w = self.world
+        for e in effects:
+            match e:
+                case Send():
+                    if e.kind is Kind.POS:
+                        a = e.payload
+                        assert isinstance(a, Announce)
+                        # A frozen copy announces the history it held, not its file.
+                        self.announced = (a.size, a.digest) if a.frozen is None else None
+                    w.publish(self, e)
+                case Append():
+                    w.log(f"  {self.name} appends {len(e.data)} at {e.offset} from {e.peer}: "
+                          f"{e.data[:12]!r}..{e.data[-12:]!r}")
+                    self.handle(self.append(e))
+                case Sync():
+                    if self.file is not None:
+                        self.file.synced = bytes(self.file.data)
+                    self.handle(Synced())
+                case Persist():
+                    chain = e.chain if e.chain is not None else (
+                        self.stored.chain if self.stored else [])
+                    self.stored = Stored(e.record, list(chain))
+                    if e.durable:
+                        self.stored_durable = self.stored
+                case Rehash():
+                    self.handle(Rehashed(e.purpose, self.rehash(e), e.why))
+                case Archive():
+                    f = self.file
+                    self.archives.append(bytes(f.data) if f else b"")
+                    self.file = None
+                    self.handle(Archived(f"archive/{len(self.archives)}"))
+                case FindLine():
+                    data = self.file.data if self.file else b""
+                    self.handle(LineFound(e.peer, e.offset, 1 + data.count(b"\n", 0, e.offset)))
+                case LookAgain():
+                    self.look_pending = True
+                case Redeliver():
+                    self.inbox.appendleft(e.event)
+                case Reassess():
+                    self.inbox.append(e)
+                case Reload():
+                    st = self.stored
+                    self.handle(Loaded(st.record, list(st.chain)) if st else Loaded(None, []))
+                case AdoptDone():
+                    w.check_adopted(self, e)
+                case Log() | Durable() | LogCheck():
+                    pass
+                case _:
+                    raise Violation(f"unknown effect {e!r}")
+
+    def append(self, e: Append) -> Event:
+        w = self.world
+        w.maybe_race(self)  # a writer or an operator may act between the look and the write
+        f = self.file
+        if e.inode is None:
+            if f is not None:
+                return AppendFailed("replaced", "created meanwhile")
+            f = self.file = w.new_file()
+        elif f is None or f.inode != e.inode[1]:
+            return AppendFailed("replaced", "another file")
+        if len(f.data) != e.offset:
+            return AppendFailed("concurrent", f"size {len(f.data)}, expected {e.offset}")
+        if self.fail_appends > 0:
+            self.fail_appends -= 1
+            return AppendFailed("full", "No space left on device")
+        f.data += e.data
+        f.mtime = w.tick_ns()
+        return Appended(e.peer, e.data, f.stat())
+
+    def rehash(self, e: Rehash) -> Ledger | None:
+        f = self.file
+        if f is None:
+            return None
+        end = len(f.data)
+        if e.whole_lines:
+            cut = f.data.rfind(b"\n")
+            end = max(cut + 1, min(e.hold, len(f.data)))
+        led = Ledger()
+        led.extend(bytes(f.data[:end]))
+        return led
+
+
+class World:
+    def __init__(self, seed: int, hosts: int, steps: int, faults: bool = True) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.steps = steps
+        self.faults = faults
+        self.now = 0.0
+        self.clock_offset = 1_800_000_000.0
+        self._ns = 0
+        self._inode = 100
+        self._seq = 0
+        self.queue: list[tuple[float, int, Callable[[], None]]] = []
+        self.tuning = Tuning(chunk_bytes=self.rng.choice([40, 64, 4096]), fetch_window=256,
+                             request_timeout=1.0, persist_interval=2.0)
+        names = [chr(ord("a") + i) for i in range(hosts)]
+        self.hosts = {n: SimHost(n, self) for n in names}
+        self.written: set[bytes] = set()  # every whole line any writer (or operator) made
+        self.active = names[0]
+        self.broker_up = True
+        self.retained: dict[str, Announce] = {}
+        self.loss = self.rng.choice([0.0, 0.02, 0.1])
+        self.dup = self.rng.choice([0.0, 0.02])
+        self.history: list[str] = []
+        self.line_no = 0
+
+    # --- time and scheduling ------------------------------------------------------------------
+
+    def wall(self) -> float:
+        return self.now + self.clock_offset
+
+    def tick_ns(self) -> int:
+        self._ns += 1
+        return int(self.wall() * 1e9) + self._ns
+
+    def at(self, t: float, action: Callable[[], None]) -> None:
+        self._seq += 1
+        heapq.heappush(self.queue, (t, self._seq, action))
+
+    def arm(self, h: SimHost) -> None:
+        due = h.m.deadline() if h.machine else None
+        if due is None or due == h.wakeup:
+            return
+        h.wakeup = due
+        machine = h.machine
+
+        if due <= self.now:
+            h.spins += 1
+            if h.spins > 1000:
+                m = h.m
+                raise Violation(f"{h.name} asks to be woken at {due:.4f} again and again and "
+                                f"does nothing (mode {m.mode.value}, fetch {m.fetch}, trouble "
+                                f"{m.trouble}, settle {m.settle}, locating {m.locating}, "
+                                f"reload {m.reload_at}, announce {m.announce_due}, persist "
+                                f"{m.last_persist} {m.record_dirty} {m.unsynced} "
+                                f"{m.position.size} {m.held})")
+        else:
+            h.spins = 0
+
+        def fire() -> None:
+            if h.alive and h.machine is machine and h.wakeup == due:
+                h.wakeup = None
+                h.deliver(Tick())
+        self.at(max(due, self.now), fire)
+
+    def run_until(self, t: float) -> None:
+        while self.queue and self.queue[0][0] <= t:
+            when, _, action = heapq.heappop(self.queue)
+            self.now = max(self.now, when)
+            action()
+            self.check_always()
+        self.now = max(self.now, t)
+
+    # --- disk ---------------------------------------------------------------------------------
+
+    def new_file(self, data: bytes = b"") -> SimFile:
+        self._inode += 1
+        return SimFile(self._inode, bytearray(data), b"", self.tick_ns())
+
+    def line(self, host: str) -> bytes:
+        self.line_no += 1
+        pad = "x" * self.rng.randrange(0, 60)
+        line = f'{{"id":"{host}-{self.line_no}","p":"{pad}"}}\n'.encode()
+        self.written.add(line)
+        return line
+
+    def write(self, h: SimHost, data: bytes) -> None:
+        if h.file is None:
+            h.file = self.new_file()
+        f = h.file
+        if f.data and not f.data.endswith(b"\n"):
+            # The bot appends whatever the file ends with (it does not look): onto a piece of
+            # a peer's long line, say, after a failover mid-line. That line is the writer's
+            # doing, not syncd's.
+            start = f.data.rfind(b"\n") + 1
+            cut = data.find(b"\n")
+            if cut >= 0:
+                self.written.add(bytes(f.data[start:]) + data[: cut + 1])
+        h.file.data += data
+        h.file.mtime = self.tick_ns()
+        self.hint(h)
+
+    def hint(self, h: SimHost, replaced: bool = False) -> None:
+        # inotify: usually right away, sometimes late, sometimes never (the sweep finds it)
+        r = self.rng.random()
+        if replaced:
+            self.at(self.now + 0.0005, lambda: h.deliver(Look(replaced=True)))
+        elif r < 0.85:
+            self.at(self.now + 0.0004, lambda: self.look(h))
+        elif r < 0.95:
+            self.at(self.now + 0.5, lambda: self.look(h))
+
+    def look(self, h: SimHost) -> None:
+        if h.alive and h.machine is not None:
+            h.look_pending = True
+            h.drain()
+
+    def sweep(self) -> None:
+        for h in self.hosts.values():
+            self.look(h)
+        self.at(self.now + 1.0, self.sweep)
+
+    # --- broker -------------------------------------------------------------------------------
+
+    def publish(self, h: SimHost, e: Send) -> None:
+        if not (self.broker_up and h.connected):
+            return
+        if e.retain:
+            assert isinstance(e.payload, Announce)
+            self.retained[h.name] = e.payload
+        for other in self.hosts.values():
+            if other is h or (e.to and e.to != other.name):
+                continue
+            self._send(h.name, other, e)
+
+    def _send(self, sender: str, to: SimHost, e: Send) -> None:
+        if self.faults and self.rng.random() < self.loss:
+            return
+        copies = 2 if self.faults and self.rng.random() < self.dup else 1
+        for _ in range(copies):
+            delay = self.rng.uniform(0.0002, 0.003)
+            if self.faults and self.rng.random() < 0.05:
+                delay += self.rng.uniform(0.01, 0.3)  # reordered behind later frames
+            event = _event_of(sender, e)
+            if event is None:
+                continue
+            self.at(self.now + delay, lambda ev=event: to.connected and to.deliver(ev))
+
+    def connect(self, h: SimHost) -> None:
+        if not self.broker_up or not h.alive or h.connected:
+            return
+        h.connected = True
+        for other in self.hosts.values():
+            if other is not h:
+                if other.connected:
+                    self.at(self.now + 0.001, lambda o=other: o.deliver(PeerOnline(h.name, True)))
+                    h.inbox.append(PeerOnline(other.name, True))
+        for sender, a in self.retained.items():
+            if sender != h.name:
+                h.inbox.append(PeerPos(sender, a))
+        h.inbox.append(Reconnected())
+        h.drain()
+
+    def disconnect(self, h: SimHost) -> None:
+        if not h.connected:
+            return
+        h.connected = False
+        for other in self.hosts.values():
+            if other is not h and other.connected:
+                self.at(self.now + 0.001, lambda o=other: o.deliver(PeerOnline(h.name, False)))
+
+    # --- faults -------------------------------------------------------------------------------
+
+    def step(self) -> None:
+        """One random action of the world: mostly the writer, now and then a fault."""
+        r = self.rng.random()
+        hosts = list(self.hosts.values())
+        act = self.hosts[self.active]
+        if r < 0.45 or not self.faults:
+            if act.torn is not None:
+                self.fault_torn(act)  # a writer finishes its line before writing another
+            elif act.alive or self.rng.random() < 0.5:
+                data = b"".join(self.line(act.name) for _ in range(self.rng.randrange(1, 4)))
+                self.log(f"write {act.name} {len(data)}")
+                self.write(act, data)
+            return
+        kind = self.rng.choice(FAULTS)
+        target = self.rng.choice(hosts)
+        self.log(f"{kind} {target.name}")
+        getattr(self, "fault_" + kind)(target)
+
+    def fault_torn(self, h: SimHost) -> None:
+        if h.torn is not None:
+            self.write(h, h.torn)
+            h.torn = None
+            return
+        line = self.line(h.name)
+        cut = self.rng.randrange(1, len(line) - 1)
+        self.write(h, line[:cut])
+        h.torn = line[cut:]
+
+    def fault_second_writer(self, h: SimHost) -> None:
+        if h.torn is not None:
+            self.fault_torn(h)
+            return
+        self.write(h, self.line(h.name))  # split brain: another host's bot writes too
+
+    def fault_failover(self, h: SimHost) -> None:
+        self.active = h.name
+
+    def fault_edit(self, h: SimHost) -> None:
+        f = h.file
+        if f is None or len(f.data) < 2:
+            return
+        # Near the end mostly (block boundaries), anywhere sometimes.
+        lo = max(0, len(f.data) - 2 * BLOCK_SIM) if self.rng.random() < 0.7 else 0
+        at = self.rng.randrange(lo, len(f.data) - 1)
+        if f.data[at] == ord("\n"):
+            return
+        f.data[at] = ord("E") if f.data[at] != ord("E") else ord("F")
+        self._register_lines(f)
+        f.mtime = self.tick_ns()
+        h.tampered = True
+        if self.rng.random() < 0.5 and h.torn is None:
+            self.write(h, self.line(h.name))  # an edit followed at once by an append
+        else:
+            self.hint(h)
+
+    def fault_truncate(self, h: SimHost) -> None:
+        h.torn = None  # the writer starts again from what the file holds
+        f = h.file
+        if f is None or not f.data:
+            return
+        cut = f.data.rfind(b"\n", 0, self.rng.randrange(0, len(f.data)))
+        del f.data[cut + 1:]
+        f.synced = f.synced[: len(f.data)]
+        f.mtime = self.tick_ns()
+        h.tampered = True
+        self.hint(h)
+
+    def fault_clear(self, h: SimHost) -> None:
+        h.torn = None  # the writer starts again from what the file holds
+        if h.file is None:
+            return
+        h.file = None  # the writer's clear(): deleted; the next append recreates it
+        h.tampered = True
+        self.hint(h, replaced=True)
+        if self.rng.random() < 0.5:
+            self.write(h, self.line(h.name))  # the next append recreates it
+
+    def fault_rename_over(self, h: SimHost) -> None:
+        h.torn = None  # the writer starts again from what the file holds
+        f = h.file
+        size = len(f.data) if f else 0
+        data = bytearray()
+        while len(data) < size:
+            data += self.line(h.name)
+        new = self.new_file(bytes(data[:size]))
+        new.synced = bytes(new.data)
+        if size and not new.data.endswith(b"\n"):
+            self._register_lines(new)
+        h.file = new
+        h.tampered = True
+        if self.rng.random() < 0.7:
+            self.hint(h, replaced=True)
+
+    def fault_emfile(self, h: SimHost) -> None:
+        h.fail_reads = self.rng.randrange(1, 6)
+        self.hint(h)
+
+    def fault_enospc(self, h: SimHost) -> None:
+        h.fail_appends = self.rng.randrange(1, 4)
+
+    def fault_kill(self, h: SimHost) -> None:
+        self._crash(h, power=False)
+
+    def fault_power(self, h: SimHost) -> None:
+        self._crash(h, power=True)
+
+    def fault_wipe_state(self, h: SimHost) -> None:
+        self._crash(h, power=False)
+        h.stored = h.stored_durable = None
+
+    def _crash(self, h: SimHost, power: bool) -> None:
+        if not h.alive:
+            return
+        if power and h.file is not None:
+            if h.announced and not h.tampered:
+                size, digest = h.announced
+                if len(h.file.synced) < size or digest_of(h.file.synced[:size]) != digest:
+                    raise Violation(f"{h.name} announced {size} bytes that a power loss "
+                                    "did not leave on its disk")
+            h.file.data = bytearray(h.file.synced)
+            h.stored = h.stored_durable
+        h.alive = False
+        h.machine = None
+        h.wakeup = None
+        h.torn = None
+        self.disconnect(h)
+        self.at(self.now + self.rng.uniform(0.05, 2.0), h.start)
+
+    def fault_broker_restart(self, h: SimHost) -> None:
+        self.broker_up = False
+        for x in self.hosts.values():
+            self.disconnect(x)
+        if self.rng.random() < 0.5:
+            self.retained.clear()  # no persistence
+
+        def up() -> None:
+            self.broker_up = True
+            for x in self.hosts.values():
+                self.connect(x)
+        self.at(self.now + self.rng.uniform(0.05, 1.0), up)
+
+    def fault_adopt(self, h: SimHost) -> None:
+        m = h.machine
+        if m is None or not m.frozen:
+            return
+        others = [o for o in self.hosts.values() if o is not h and o.alive and o.connected]
+        if not others:
+            return
+        winner = self.rng.choice(others)
+        if winner.machine is None or winner.name not in m.peers:
+            return
+        h.adopt_floor = (winner.name, winner.m.position.size)
+        h.deliver(AdoptRequested(winner.name, None))
+
+    def maybe_race(self, h: SimHost) -> None:
+        """Between the shell's look and its write, the local writer may strike."""
+        if self.faults and self.rng.random() < 0.02:
+            kind = self.rng.choice(["second_writer", "rename_over", "clear", "edit"])
+            self.log(f"race {kind} {h.name}")
+            getattr(self, "fault_" + kind)(h)
+
+    def _register_lines(self, f: SimFile) -> None:
+        for line in bytes(f.data).splitlines(keepends=True):
+            if line.endswith(b"\n"):
+                self.written.add(line)
+
+    def log(self, text: str) -> None:
+        self.history.append(f"{self.now:9.4f} {text}")
+
+    # --- invariants ---------------------------------------------------------------------------
+
+    def check_always(self) -> None:
+        for h in self.hosts.values():
+            f = h.file
+            if f is not None:
+                for line in bytes(f.data).splitlines(keepends=True):
+                    if line.endswith(b"\n") and line not in self.written:
+                        raise Violation(f"{h.name} holds a line nobody wrote: {line[:80]!r}")
+            if h.alive and h.machine is not None and h.look_failing:
+                if h.m.state_word() in ("in_sync", "ahead", "behind", "alone"):
+                    raise Violation(f"{h.name} says {h.m.state_word()} while its look fails")
+
+    def check_adopted(self, h: SimHost, e: AdoptDone) -> None:
+        if "error" in e.result or h.adopt_floor is None:
+            return
+        winner, floor = h.adopt_floor
+        h.adopt_floor = None
+        w = self.hosts[winner]
+        if h.m.position.size < floor and not w.tampered:
+            raise Violation(f"{h.name} finished adopting {winner}'s copy at "
+                            f"{h.m.position.size} bytes; {winner} held {floor} when asked")
+
+    def describe(self) -> str:
+        rows = []
+        for h in self.hosts.values():
+            if h.machine is None:
+                rows.append(f"    {h.name}: down")
+                continue
+            m = h.m
+            peers = ", ".join(f"{p}={v.position.size} {v.state.value}"
+                              f"{' frozen:' + v.frozen if v.frozen else ''}"
+                              for p, v in sorted(m.peers.items()))
+            rows.append(f"    {h.name}: {m.mode.value} {m.state_word()} held {m.held} file "
+                        f"{len(h.file.data) if h.file else None} freeze "
+                        f"{m.freeze.detail if m.freeze else None} diverged "
+                        f"{sorted(m.diverged)} | {peers}")
+        return "\n".join(rows)
+
+    def check_quiet(self) -> None:
+        try:
+            self._check_quiet()
+        except Violation as v:
+            raise Violation(f"{v}\n  at the end:\n{self.describe()}") from None
+
+    def _check_quiet(self) -> None:
+        """After faults stop and the world settles: the copies tell the truth and converge."""
+        live = [h for h in self.hosts.values() if h.alive and h.machine is not None]
+        for h in live:
+            m = h.m
+            if m.ledger is not None and m.mode is Mode.LIVE:
+                data = bytes(h.file.data) if h.file else b""
+                if digest_of(data[: m.ledger.size]) != m.ledger.digest():
+                    raise Violation(f"{h.name}'s ledger does not describe its file "
+                                    f"({m.ledger.size} bytes) and nothing noticed")
+            for peer, v in m.peers.items():
+                if v.state is PeerState.IN_SYNC and m.frozen is None:
+                    p = self.hosts[peer]
+                    mine = bytes(h.file.data[: m.position.size]) if h.file else b""
+                    theirs = bytes(p.file.data[: m.position.size]) if p.file else b""
+                    if mine != theirs:
+                        raise Violation(f"{h.name} says {peer} is in_sync at "
+                                        f"{m.position.size} bytes but the copies differ")
+        for h in live:
+            if h.m.ledger is None:
+                continue  # reset: it knows no history to compare any more
+            for peer in h.m.diverged:
+                p = self.hosts[peer]
+                if (p.alive and p.machine is not None and p.m.frozen is None
+                        and p.m.mode is not Mode.ADOPTING):
+                    raise Violation(f"{h.name} diverged from {peer}, but {peer} shows no fork")
+        unfrozen = [h for h in live if h.m.frozen is None and h.m.mode is Mode.LIVE]
+        copies = {h.name: bytes(h.file.data) if h.file else b"" for h in unfrozen}
+        if len(set(copies.values())) > 1:
+            sizes = {n: len(c) for n, c in copies.items()}
+            raise Violation(f"unfrozen copies did not converge: {sizes}")
+
+    # --- the run --------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        with small_blocks():
+            for h in self.hosts.values():
+                self.at(0.0, h.start)
+            self.at(1.0, self.sweep)
+            t = 0.0
+            for _ in range(self.steps):
+                t += self.rng.expovariate(20.0)
+                self.run_until(t)
+                self.step()
+            # Quiet: faults stop, torn lines complete, everyone comes back, time passes.
+            self.faults = False
+            self.log("quiet")
+            self.run_until(t + 3.0)
+            for h in self.hosts.values():
+                h.fail_reads = h.fail_appends = 0
+                if h.torn is not None:
+                    self.write(h, h.torn)
+                    h.torn = None
+            self.run_until(t + 6.0)
+            for h in self.hosts.values():
+                if h.alive and h.machine is not None and h.m.ledger is not None:
+                    data = bytes(h.file.data) if h.file else b""
+                    led = h.m.ledger
+                    if digest_of(data[: led.size]) != led.digest():
+                        h.deliver(ScrubMismatch())  # what the background scrub finds
+            self.run_until(t + 30.0)
+            self.check_quiet()
+
+
+FAULTS = ["torn", "second_writer", "failover", "edit", "truncate", "clear", "rename_over",
+          "emfile", "enospc", "kill", "power", "wipe_state", "broker_restart", "adopt"]
+
+
+def _event_of(sender: str, e: Send) -> Event | None:
+    match e.kind:
+        case Kind.POS:
+            return PeerPos(sender, e.payload)  # type: ignore[arg-type]
+        case Kind.LIVE | Kind.FILL:
+            return PeerData(sender, e.payload)  # type: ignore[arg-type]
+        case Kind.REQ:
+            return PeerRequest(sender, e.payload)  # type: ignore[arg-type]
+        case Kind.REFUSE:
+            return PeerRefuse(sender, e.payload)  # type: ignore[arg-type]
+        case Kind.PROBE:
+            return PeerProbe(sender, e.payload)  # type: ignore[arg-type]
+        case Kind.PROBED:
+            return PeerProbed(sender, e.payload)  # type: ignore[arg-type]
+    return None
+
+
+def run_seed(seed: int) -> World:
+    """One seeded history; raises Violation (with the seed) if an invariant breaks."""
+    rng = random.Random(seed)
+    world = World(seed, hosts=rng.randrange(2, 6), steps=rng.randrange(20, 80))
+    try:
+        world.run()
+    except Violation as v:
+        tail = "\n".join(world.history[-25:])
+        raise Violation(f"seed {seed}: {v}\n  replay: python -m tests.sim --seed {seed} -v\n"
+                        f"  last steps:\n{tail}") from None
+    return world
+
+
+__all__ = ["FAULTS", "Violation", "World", "dataclasses", "run_seed"]
