@@ -114,6 +114,27 @@ class Ledger:
         block = hashlib.sha256(data).digest()
         return hashlib.sha256(self._chain[-2] + block).digest() == self._chain[-1]
 
+    def holds(self, first: int, data: bytes) -> bool:
+        """Whether `data`, read from the file at block-aligned `first`, are the bytes this
+        ledger recorded there: full blocks are checked against their chain values, and a last
+        piece that ends at our end against the partial block we keep. A sender checks what it
+        serves this way, so that it never vouches for bytes changed since it recorded them."""
+        if first % BLOCK:
+            raise ValueError("first must be block-aligned")
+        at = 0
+        while at < len(data):
+            block = first // BLOCK + at // BLOCK
+            piece = data[at : at + BLOCK]
+            if len(piece) == BLOCK and block + 1 < len(self._chain):
+                value = hashlib.sha256(self._chain[block] + hashlib.sha256(piece).digest())
+                if value.digest() != self._chain[block + 1]:
+                    return False
+            elif first + at + len(piece) == self._size:
+                if piece != self._tail:
+                    return False
+            at += BLOCK
+        return True
+
     def digest_known(self, offset: int) -> bytes | None:
         """Digest of the prefix of length `offset` if it can be told without reading the file:
         at the end, on a block boundary, or inside the partial block we keep."""

@@ -33,9 +33,9 @@ describes, what every peer announced, and a mode:
     LIVE -> FROZEN | ADOPTING                  FROZEN -> LIVE | ADOPTING
     ADOPTING -> LIVE | FROZEN
 
-A LIVE file may also have a *trouble*: "paused" (the disk refuses our appends; retried) or
-"error" (a look at the file failed, EMFILE, EIO; retried with backoff). Either shows in
-status instead of in_sync until it clears.
+A LIVE file may also have troubles, each kept until it clears: `paused` (the disk refuses our
+appends; retried every PAUSE_RETRY) and `failing` (a look at the file or a sync failed,
+EMFILE, EIO; retried with backoff). Either shows in status instead of in_sync.
 
 The rule, for local and remote bytes alike, lives in `reconcile`: bytes are appended only at
 our end and only after a prefix whose digest equals ours; `judge_local` says whether our
@@ -481,7 +481,8 @@ class Machine:
         self.diverged: dict[str, Freeze] = {}
         self.note: str | None = None
         self.intent: tuple[str, int, int] | None = None
-        self.trouble: Trouble | None = None
+        self.paused: Trouble | None = None
+        self.failing: Trouble | None = None
         self.load_error: str | None = None
         self.reload_at: float | None = None
         self.peers: dict[str, PeerView] = {}
@@ -531,7 +532,7 @@ class Machine:
             return self.adoption is not None and self.adoption.peer == peer
         if self.mode is not Mode.LIVE or self.role == "source":
             return False
-        return self.trouble is None or not self.trouble.blocks_appends()
+        return self.paused is None or not self.paused.blocks_appends()
 
     def may_ship(self) -> bool:
         """Whether local growth may be published."""
@@ -583,7 +584,7 @@ class Machine:
                 plan = self._partial_plan(r.have)
                 start, end = self._serve_range(r)
                 if start < end:
-                    plan = ReadPlan((*plan.ranges, (block_start(start), end)))
+                    plan = ReadPlan((*plan.ranges, self._serve_read(start, end)))
                 return plan
             case PeerProbe(probe=p) if ledger is not None and p.what is ProbeWhat.BYTES:
                 start = min(p.start, ledger.size)
@@ -614,6 +615,12 @@ class Machine:
         start = max(r.start, r.have)
         end = min(self.held, start + min(r.length, self.tuning.fetch_window))
         return start, end
+
+    def _serve_read(self, start: int, end: int) -> tuple[int, int]:
+        """The bytes read to serve [start, end): whole blocks (or up to our end), so that
+        every byte sent is checked against the ledger first."""
+        last = min(self.held, -(-end // BLOCK) * BLOCK)
+        return block_start(start), last
 
     # --- dispatch -----------------------------------------------------------------------------
 
@@ -658,6 +665,7 @@ class Machine:
             case PeerRefuse(peer=peer, refuse=rf):
                 ours = self._digest_at(rf.offset, snap)
                 if ours is not None and ours != rf.digest:
+                    self.refusals[peer] = Refuse(rf.offset, ours)  # so that it learns ours
                     self._diverge(peer, rf.offset, f"{peer} holds a different prefix of "
                                   f"{rf.offset} bytes", now, wall, out)
             case PeerProbe(peer=peer, probe=p):
@@ -700,7 +708,8 @@ class Machine:
         """When this machine wants a Tick (monotonic), if at all."""
         times = [t for t in (
             self.fetch.deadline if self.fetch else None,
-            self.trouble.retry_at if self.trouble and not self.trouble.retrying else None,
+            self.paused.retry_at if self.paused and not self.paused.retrying else None,
+            self.failing.retry_at if self.failing else None,
             self.reload_at,
             self.announce_due,
             self.settle.since + SETTLE if self.settle else None,
@@ -893,10 +902,10 @@ class Machine:
         self.file_stat = st  # kept current even while frozen: status shows both sizes
         if ledger is None or self.mode not in (Mode.LIVE, Mode.FROZEN, Mode.ADOPTING):
             return
-        if self.trouble is not None and self.trouble.kind == "error":
+        if self.failing is not None and not self.failing.detail.startswith("cannot make"):
             out.append(Log(logging.WARNING, f"{self.name}: the file can be read again "
-                                            f"({self.trouble.attempts} failed looks)"))
-            self.trouble = None
+                                            f"({self.failing.attempts} failed looks)"))
+            self.failing = None
         if replaced:
             if now < self.own_removal_until:
                 self.own_removal_until = float("-inf")  # our archive's own move
@@ -916,8 +925,11 @@ class Machine:
             tail = ledger.matches_end(got[: ledger.size - ledger.recheck_start()])
         stat_now = (st.dev, st.ino, st.size, st.mtime_ns) if st else None
         change = judge_local(ledger.size, self.inode, self.seen, stat_now, tail)
-        if change is LocalChange.NONE:
+        if ledger.size == 0 and st is not None:
+            self.inode = st.inode  # an empty history holds nothing to lose: any file is ours
+        if change is not LocalChange.SHRUNK:
             self.settle = None
+        if change is LocalChange.NONE:
             return
         if self.mode is Mode.ADOPTING:
             return  # the operator stopped the bot here; the adopted copy is what counts
@@ -937,7 +949,6 @@ class Machine:
                 self.settle = None
                 out.append(Rehash("shrunk", whole_lines=False))
             return
-        self.settle = None
         assert st is not None
         if self.inode is None:
             self.inode = st.inode
@@ -950,8 +961,6 @@ class Machine:
         if self.mode is not Mode.LIVE and self.mode is not Mode.FROZEN:
             self.seen = (st.size, st.mtime_ns)
             return
-        if self.intent is not None and self.intent[1] == ledger.size and st.size <= self.intent[2]:
-            return  # a peer's piece we wrote before a restart, not a local line
         line_end = snap.line_end if snap.line_end is not None else ledger.size
         if self.role == "replica" and line_end > ledger.size:
             self._freeze("diverged", "local write on a host whose role for this key is "
@@ -1141,7 +1150,7 @@ class Machine:
                     self._torn_local_line(peer, got[ledger.size - ledger.recheck_start():],
                                           now, wall, out)
                 return  # otherwise dropped: anti-entropy asks for it again
-        if st is not None and self.inode is None:
+        if st is not None and (self.inode is None or ledger.size == 0):
             self.inode = st.inode
         if not d.data.endswith(b"\n"):
             # A piece of a long line: record durably that the bytes past our end will be
@@ -1174,10 +1183,10 @@ class Machine:
         self.counters["applied_bytes"] += len(ev.data)
         self.counters["applied_frames"] += 1
         self._adopt_stat(ev.stat)
-        if self.trouble is not None and self.trouble.kind == "paused":
+        if self.paused is not None:
             out.append(Log(logging.WARNING, f"{self.name}: writing works again; replication "
                                             "resumed"))
-            self.trouble = None
+            self.paused = None
         # The sender held exactly these bytes: its position is known without an announcement.
         view = self.peers.get(ev.peer)
         if view is not None:
@@ -1193,6 +1202,7 @@ class Machine:
 
     def _on_append_failed(self, kind: str, detail: str, now: float, wall: float,
                           out: list[Effect]) -> None:
+        self.intent = None  # it was for this append, which did not happen
         if kind == "concurrent":
             self._freeze("diverged", f"another process wrote while applying a peer's bytes: "
                          f"{detail}", now, wall, out, offset=self.held)
@@ -1209,8 +1219,8 @@ class Machine:
         if ledger is None:
             return
         self.unsynced = 0
-        if self.trouble is not None and self.trouble.detail.startswith("cannot make"):
-            self.trouble = None
+        if self.failing is not None and self.failing.detail.startswith("cannot make"):
+            self.failing = None
         if self.position.size == ledger.size and self.position.digest == ledger.digest():
             return
         self.position = Position(ledger.size, ledger.digest())
@@ -1257,10 +1267,16 @@ class Machine:
         start, end = self._serve_range(r)
         if start >= end:
             return
-        first = block_start(start)
-        buf = snap.get(first, end)
-        if len(buf) != end - first:
-            out.append(LookAgain())
+        first, last = self._serve_read(start, end)
+        buf = snap.get(first, last)
+        st = snap.stat
+        if (len(buf) != last - first or st is None or st.inode != self.inode
+                or not ledger.holds(first, buf)):
+            # Shorter, another file, or bytes changed since we recorded them: never vouch
+            # for them. The look (or a full check) says what happened.
+            out.append(Rehash("check", why="bytes asked for by a peer changed")
+                       if len(buf) == last - first and st is not None
+                       and st.inode == self.inode else LookAgain())
             return
         pos = start
         chunk = self.tuning.chunk_bytes
@@ -1328,7 +1344,7 @@ class Machine:
 
     def may_accept_any(self, now: float) -> bool:
         return (self.mode is Mode.LIVE and self.role != "source"
-                and (self.trouble is None or not self.trouble.blocks_appends()))
+                and (self.paused is None or not self.paused.blocks_appends()))
 
     # --- time ---------------------------------------------------------------------------------
 
@@ -1343,16 +1359,16 @@ class Machine:
             out.append(Log(logging.INFO, f"{self.name}: no answer from {self.fetch.peer} for "
                                          f"bytes up to {self.fetch.upto}; asking again"))
             self.fetch = None
-        t = self.trouble
-        if t is not None and not t.retrying and now >= t.retry_at:
-            if t.kind == "error":
-                t.retry_at = now + min(LOOK_RETRY_MAX, LOOK_RETRY_MIN * 2 ** t.attempts)
-                out.append(LookAgain())
-            else:
-                t.retrying = True  # fetch again; a failing append pauses us again
-                self._maybe_fetch(now, out)
-                if self.fetch is None:
-                    self.trouble = None  # nothing left to write: not paused any more
+        t = self.failing
+        if t is not None and now >= t.retry_at:
+            t.retry_at = now + min(LOOK_RETRY_MAX, LOOK_RETRY_MIN * 2 ** t.attempts)
+            out.append(LookAgain())
+        p = self.paused
+        if p is not None and not p.retrying and now >= p.retry_at:
+            p.retrying = True  # fetch again; a failing append pauses us again
+            self._maybe_fetch(now, out)
+            if self.fetch is None:
+                self.paused = None  # nothing left to write: not paused any more
         if self.settle is not None and now >= self.settle.since + SETTLE:
             out.append(LookAgain())
         for peer, f in self.diverged.items():
@@ -1367,13 +1383,16 @@ class Machine:
 
     def _set_trouble(self, kind: str, detail: str, now: float, wall: float,
                      out: list[Effect], retry: float = LOOK_RETRY_MIN) -> None:
-        t = self.trouble
-        if t is None or t.kind != kind:
-            level = logging.ERROR
+        t = self.paused if kind == "paused" else self.failing
+        if t is None:
             what = "PAUSED" if kind == "paused" else "ERROR"
-            out.append(Log(level, f"{self.name}: {what}: {detail}; the copy stays a prefix, "
-                                  "retrying"))
-            self.trouble = Trouble(kind, detail, wall, now + retry)
+            out.append(Log(logging.ERROR, f"{self.name}: {what}: {detail}; the copy stays a "
+                                          "prefix, retrying"))
+            t = Trouble(kind, detail, wall, now + retry)
+            if kind == "paused":
+                self.paused = t
+            else:
+                self.failing = t
         else:
             t.detail = detail
             t.attempts += 1
@@ -1619,6 +1638,7 @@ class Machine:
             return
         self.adoption = None
         self._enter(Mode.LIVE)
+        self._refreeze_or_live()  # a peer that holds yet another history still differs
         out.append(Log(logging.INFO, f"{self.name}: now identical to {ad.peer}'s copy "
                                      f"({self.position.size} bytes)"))
         out.append(AdoptDone(ad.ticket, {"file": self.file, "archive": ad.archive,
@@ -1665,7 +1685,8 @@ class Machine:
     def state_word(self) -> str:
         if self.mode is Mode.UNREADABLE:
             return "error"
-        trouble = self.trouble.kind if self.trouble is not None else None
+        trouble = ("error" if self.failing is not None else
+                   "paused" if self.paused is not None else None)
         return file_state(self.frozen, self.mode is Mode.LOADING,
                           [v.state for v in self.peers.values()], trouble)
 
@@ -1679,7 +1700,6 @@ class Machine:
                 "online": self.online.get(node, False),
                 "lag_bytes": max(0, self.position.size - v.position.size),
             }
-        t = self.trouble
         return {
             "key": self.key,
             "file": self.file,
@@ -1688,9 +1708,9 @@ class Machine:
             "state": self.state_word(),
             "mode": self.mode.value,
             "role": self.role,
-            "paused": t.detail if t is not None and t.kind == "paused" else None,
+            "paused": self.paused.detail if self.paused is not None else None,
             "error": (self.load_error if self.mode is Mode.UNREADABLE else
-                      t.detail if t is not None and t.kind == "error" else None),
+                      self.failing.detail if self.failing is not None else None),
             "note": self.note,
             "adopting": self.adoption.peer if self.adoption else None,
             "freeze": self.freeze.to_json() if self.freeze else None,

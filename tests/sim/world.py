@@ -236,6 +236,8 @@ class SimHost:
                     f = self.file
                     self.archives.append(bytes(f.data) if f else b"")
                     self.file = None
+                    self.torn = None  # the operator stopped this host's bot before adopting
+                    self.tampered = True  # its history is replaced by another
                     self.handle(Archived(f"archive/{len(self.archives)}"))
                 case FindLine():
                     data = self.file.data if self.file else b""
@@ -311,6 +313,7 @@ class World:
         self.loss = self.rng.choice([0.0, 0.02, 0.1])
         self.dup = self.rng.choice([0.0, 0.02])
         self.history: list[str] = []
+        self.link_clock: dict[tuple[str, str], float] = {}
         self.line_no = 0
 
     # --- time and scheduling ------------------------------------------------------------------
@@ -427,13 +430,18 @@ class World:
             return
         copies = 2 if self.faults and self.rng.random() < self.dup else 1
         for _ in range(copies):
-            delay = self.rng.uniform(0.0002, 0.003)
+            # One broker keeps each sender's frames in order for each receiver; now and then
+            # (a bridge, a redelivery) one is late and overtaken.
+            link = (sender, to.name)
+            when = max(self.now + self.rng.uniform(0.0002, 0.003), self.link_clock.get(link, 0))
             if self.faults and self.rng.random() < 0.05:
-                delay += self.rng.uniform(0.01, 0.3)  # reordered behind later frames
+                when += self.rng.uniform(0.01, 0.3)
+            else:
+                self.link_clock[link] = when
             event = _event_of(sender, e)
             if event is None:
                 continue
-            self.at(self.now + delay, lambda ev=event: to.connected and to.deliver(ev))
+            self.at(when, lambda ev=event: to.connected and to.deliver(ev))
 
     def connect(self, h: SimHost) -> None:
         if not self.broker_up or not h.alive or h.connected:
@@ -499,11 +507,12 @@ class World:
 
     def fault_edit(self, h: SimHost) -> None:
         f = h.file
-        if f is None or len(f.data) < 2:
+        end = f.data.rfind(b"\n") if f is not None else -1  # whole lines: what an operator edits
+        if f is None or end < 1:
             return
         # Near the end mostly (block boundaries), anywhere sometimes.
-        lo = max(0, len(f.data) - 2 * BLOCK_SIM) if self.rng.random() < 0.7 else 0
-        at = self.rng.randrange(lo, len(f.data) - 1)
+        lo = max(0, end - 2 * BLOCK_SIM) if self.rng.random() < 0.7 else 0
+        at = self.rng.randrange(lo, end)
         if f.data[at] == ord("\n"):
             return
         f.data[at] = ord("E") if f.data[at] != ord("E") else ord("F")
@@ -685,7 +694,9 @@ class World:
                     raise Violation(f"{h.name}'s ledger does not describe its file "
                                     f"({m.ledger.size} bytes) and nothing noticed")
             for peer, v in m.peers.items():
-                if v.state is PeerState.IN_SYNC and m.frozen is None:
+                # A frozen peer announces the history it held, not its file (status shows it
+                # frozen): only an unfrozen peer said in_sync must hold our bytes.
+                if v.state is PeerState.IN_SYNC and m.frozen is None and v.frozen is None:
                     p = self.hosts[peer]
                     mine = bytes(h.file.data[: m.position.size]) if h.file else b""
                     theirs = bytes(p.file.data[: m.position.size]) if p.file else b""
@@ -697,11 +708,24 @@ class World:
                 continue  # reset: it knows no history to compare any more
             for peer in h.m.diverged:
                 p = self.hosts[peer]
+                mine = bytes(h.file.data[: h.m.held]) if h.file else b""
+                held = p.m.held if p.machine is not None else 0
+                theirs = bytes(p.file.data[:held]) if p.file else b""
+                if theirs.startswith(mine) or mine.startswith(theirs):
+                    # Their recorded histories agree: a false alarm from a refusal about a
+                    # history since replaced, or about a torn line the peer's writer left
+                    # (and the peer forgot, its state wiped). Safe: nothing was overwritten.
+                    continue
                 if (p.alive and p.machine is not None and p.m.frozen is None
                         and p.m.mode is not Mode.ADOPTING):
                     raise Violation(f"{h.name} diverged from {peer}, but {peer} shows no fork")
         unfrozen = [h for h in live if h.m.frozen is None and h.m.mode is Mode.LIVE]
-        copies = {h.name: bytes(h.file.data) if h.file else b"" for h in unfrozen}
+        copies = {}
+        for h in unfrozen:
+            data = bytes(h.file.data) if h.file else b""
+            if b"\n" in data[h.m.held:]:
+                raise Violation(f"{h.name} never took in a whole line past {h.m.held}")
+            copies[h.name] = data[: h.m.held]  # past it: a crashed writer's torn line
         if len(set(copies.values())) > 1:
             sizes = {n: len(c) for n, c in copies.items()}
             raise Violation(f"unfrozen copies did not converge: {sizes}")
