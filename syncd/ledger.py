@@ -129,9 +129,8 @@ class Ledger:
                 value = hashlib.sha256(self._chain[block] + hashlib.sha256(piece).digest())
                 if value.digest() != self._chain[block + 1]:
                     return False
-            elif first + at + len(piece) == self._size:
-                if piece != self._tail:
-                    return False
+            elif first + at + len(piece) == self._size and piece != self._tail:
+                return False
             at += BLOCK
         return True
 

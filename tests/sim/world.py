@@ -32,8 +32,8 @@ from syncd.machine import (
     AdoptDone,
     AdoptRequested,
     Append,
-    AppendFailed,
     Appended,
+    AppendFailed,
     Archive,
     Archived,
     Drained,
@@ -448,10 +448,9 @@ class World:
             return
         h.connected = True
         for other in self.hosts.values():
-            if other is not h:
-                if other.connected:
-                    self.at(self.now + 0.001, lambda o=other: o.deliver(PeerOnline(h.name, True)))
-                    h.inbox.append(PeerOnline(other.name, True))
+            if other is not h and other.connected:
+                self.at(self.now + 0.001, lambda o=other: o.deliver(PeerOnline(h.name, True)))
+                h.inbox.append(PeerOnline(other.name, True))
         for sender, a in self.retained.items():
             if sender != h.name:
                 h.inbox.append(PeerPos(sender, a))
@@ -647,9 +646,9 @@ class World:
                 for line in bytes(f.data).splitlines(keepends=True):
                     if line.endswith(b"\n") and line not in self.written:
                         raise Violation(f"{h.name} holds a line nobody wrote: {line[:80]!r}")
-            if h.alive and h.machine is not None and h.look_failing:
-                if h.m.state_word() in ("in_sync", "ahead", "behind", "alone"):
-                    raise Violation(f"{h.name} says {h.m.state_word()} while its look fails")
+            if (h.alive and h.machine is not None and h.look_failing
+                    and h.m.state_word() in ("in_sync", "ahead", "behind", "alone")):
+                raise Violation(f"{h.name} says {h.m.state_word()} while its look fails")
 
     def check_adopted(self, h: SimHost, e: AdoptDone) -> None:
         if "error" in e.result or h.adopt_floor is None:
