@@ -694,7 +694,7 @@ class Machine:
                     out.append(AdoptDone(self.adoption.ticket, {"error": detail}))
                     self.adoption = None
             case ScrubMismatch():
-                if self.mode is Mode.LIVE:
+                if self.mode in (Mode.LIVE, Mode.FROZEN) and self.ledger is not None:
                     out.append(Rehash("check", why="the background scrub found other bytes"))
             case IoFailed(event=failed, detail=detail):
                 self._on_io_failed(failed, detail, now, wall, out)
@@ -934,9 +934,8 @@ class Machine:
         if self.mode is Mode.ADOPTING:
             return  # the operator stopped the bot here; the adopted copy is what counts
         if change is LocalChange.REPLACED:
-            if self.freeze is None:
-                what = "deleted" if st is None else "replaced (new inode)"
-                self._local_reset(f"file {what}; held {ledger.size} bytes", now, wall, out)
+            what = "deleted" if st is None else "replaced (new inode)"
+            self._local_reset(f"file {what}; held {ledger.size} bytes", now, wall, out)
             return
         if change is LocalChange.SHRUNK:
             # A rewrite (truncate, then write) passes through "shorter": judge the file only
@@ -1015,6 +1014,11 @@ class Machine:
         the reset to the peers; they see it in our announcement."""
         if self.freeze is None:
             self._freeze("reset", detail, now, wall, out)
+        elif self.freeze.reason != "reset":
+            # Frozen already, and now the file itself is gone or another: say so, and stop
+            # describing a file that is not there.
+            self._freeze("reset", f"{detail}; it was frozen before: {self.freeze.detail}", now,
+                         wall, out)
 
     def _replace_history(self, fresh: Ledger, st: Stat | None, where: int, why: str,
                          now: float, out: list[Effect]) -> None:

@@ -59,7 +59,7 @@ async def scrub_forever(node: Node) -> None:
         await asyncio.sleep(node.config.scrub_interval)
         for replica in list(node.replicas.values()):
             ledger = replica.machine.ledger
-            if ledger is None or replica.machine.frozen or ledger.size == 0:
+            if ledger is None or ledger.size == 0:
                 continue
             try:
                 ok = await scrub_file(replica.path, ledger, rate)
