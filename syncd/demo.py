@@ -100,8 +100,8 @@ class EmbeddedBroker:
         try:
             from amqtt.broker import Broker
         except ImportError:
-            raise DemoError("the demo needs its embedded broker, amqtt: pip install amqtt "
-                            "(in a checkout: pip install -e '.[demo]')") from None
+            raise DemoError("the demo needs its embedded broker: pip install '.[demo]' in "
+                            "the syncd checkout (or pip install amqtt)") from None
         for _ in range(3):  # a free port can be taken between probing and binding
             self.port = free_port()
             self._broker = Broker({

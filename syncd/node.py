@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 
 from syncd import frames, logs, retire
-from syncd.config import Config
+from syncd.config import Config, ConfigError, load_config
 from syncd.frames import FrameError, Kind
 from syncd.freshness import ReplayGuard
 from syncd.groupsync import GroupSync
@@ -230,11 +230,32 @@ class Node:
     def stop(self) -> None:
         self._stop.set()
 
-    async def reload(self, config: Config) -> None:
+    async def reload_from_source(self, expected: str | None = None) -> dict[str, Any]:
+        """Re-read the config file we started from and apply it (SIGHUP, `syncd reload`).
+
+        A file that does not load changes nothing; the reply says why, for `syncd reload` to
+        show (systemctl reload then fails) and the log too (a bare SIGHUP has nobody to tell).
+        `expected`: the file the caller checked; another one is refused, not reloaded.
+        """
+        source = self.config.source
+        assert source is not None
+        if expected is not None and not _same_file(expected, source):
+            return {"ok": False, "config": str(source),
+                    "error": f"this daemon runs {source}, not {expected}"}
+        try:
+            config = load_config(source)
+        except ConfigError as e:
+            log.error("reload refused, keeping the running configuration: %s", e)
+            return {"ok": False, "error": f"config error: {e}", "config": str(source)}
+        needs_restart = await self.reload(config)
+        return {"ok": True, "config": str(source), "files": len(self.replicas),
+                "needs_restart": needs_restart}
+
+    async def reload(self, config: Config) -> list[str]:
         """Apply a re-read config (SIGHUP): new and removed keys, file lists, roles, tuning.
 
         Identity and wiring (node, directories, broker) need a restart; they are kept as they
-        were, and the log says so.
+        were, the log says so, and their names are returned.
         """
         fixed = ("node", "runtimes_dir", "state_dir", "mqtt")
         changed = [name for name in fixed if getattr(config, name) != getattr(self.config, name)]
@@ -262,6 +283,7 @@ class Node:
         self._discover(force=True)
         log.info("reload: configuration applied (%d files, %d new)", len(self.replicas),
                  len(self.replicas) - before)
+        return changed
 
     @property
     def socket_path(self) -> Path:
@@ -475,6 +497,10 @@ class Node:
                 reply: dict[str, Any] = {"ok": True, "status": self.status()}
             elif cmd == "adopt":
                 reply = await self._adopt(request, writer)
+            elif cmd == "reload":
+                expected = request.get("config")
+                reply = await self.reload_from_source(expected if isinstance(expected, str)
+                                                      else None)
             else:
                 reply = {"ok": False, "error": f"unknown command {cmd!r}"}
             writer.write(orjson.dumps(reply) + b"\n")
@@ -530,3 +556,10 @@ class Node:
                 await asyncio.wait([done], timeout=0.2)
             results.append(done.result())
         return {"ok": True, "adopted": results}
+
+
+def _same_file(a: str | Path, b: str | Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False

@@ -21,6 +21,9 @@ from typing import Any
 log = logging.getLogger("syncd.systemd")
 
 STATUS_EVERY = 5.0  # seconds between checks of the status line (sent only when it changes)
+# While files are still being checked at start (hashing gigabytes can outlast TimeoutStartSec),
+# each check pushes systemd's start timeout this far ahead: several checks may be missed.
+EXTEND_START_USEC = 30_000_000
 
 
 class Notifier:
@@ -28,6 +31,7 @@ class Notifier:
         self._address = "\0" + address[1:] if address and address.startswith("@") else address
         self._sock: socket.socket | None = None
         self._failed = False
+        self.sent_ready = False
         # systemd asks for a ping at least every WATCHDOG_USEC; twice as often leaves room.
         self.watchdog_interval = watchdog_usec / 2e6 if watchdog_usec else None
 
@@ -63,7 +67,11 @@ class Notifier:
         return True
 
     def ready(self, status: str) -> bool:
+        self.sent_ready = True
         return self.send("READY=1", f"STATUS={status}")
+
+    def extend_start(self, usec: int) -> bool:
+        return self.send(f"EXTEND_TIMEOUT_USEC={usec}")
 
     def status(self, text: str) -> bool:
         return self.send(f"STATUS={text}")
@@ -98,13 +106,19 @@ def summary(status: Mapping[str, Any]) -> str:
 
 
 async def keep_informed(notifier: Notifier, status: Callable[[], Mapping[str, Any]]) -> None:
-    """Feed the watchdog and keep the status line current, until cancelled."""
+    """Feed the watchdog and keep the status line current, until cancelled; before READY,
+    extend the start timeout while files are being checked."""
     interval = min(STATUS_EVERY, notifier.watchdog_interval or STATUS_EVERY)
     last = ""
     while True:
         if notifier.watchdog_interval is not None:
             notifier.watchdog()
-        line = summary(status())
+        now = status()
+        # Only real work earns more time: a start stuck on an unreachable broker still fails
+        # after TimeoutStartSec (or one extension after the last file was checked).
+        if not notifier.sent_ready and any(f["state"] == "verifying" for f in now["files"]):
+            notifier.extend_start(EXTEND_START_USEC)
+        line = summary(now)
         if line != last:
             last = line
             notifier.status(line)

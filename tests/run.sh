@@ -31,7 +31,11 @@ if [ ! -x .venv/bin/python ]; then
   fi
   "$PY" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]'
+# Exactly the versions in the lock, each checked against its hash (regenerate the lock with
+# `bash packaging/lock`), then syncd itself, editable, adding nothing unlocked.
+.venv/bin/python -m pip install -q --disable-pip-version-check --require-hashes \
+  -r requirements-dev.lock
+.venv/bin/python -m pip install -q --disable-pip-version-check --no-deps -e .
 
 .venv/bin/ruff check syncd tests bench
 .venv/bin/mypy

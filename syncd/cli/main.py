@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from syncd import __version__
-from syncd.cli import adopt, check_config, demo, forget, inspect, run, status, verify
+from syncd.cli import adopt, check_config, demo, forget, inspect, reload, run, status, verify
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -14,5 +14,5 @@ def main() -> None:
     """Replicate append-only JSONL memory logs between hosts over MQTT."""
 
 
-for _module in (run, status, adopt, forget, verify, inspect, check_config, demo):
+for _module in (run, reload, status, adopt, forget, verify, inspect, check_config, demo):
     main.add_command(_module.command)

@@ -16,7 +16,7 @@ import click
 
 from syncd import logs, metrics, systemd, tls
 from syncd.cli.common import config_option, load_or_exit
-from syncd.config import ConfigError, load_config
+from syncd.config import ConfigError
 from syncd.node import Node, StartupError
 
 
@@ -71,7 +71,7 @@ async def _run(node: Node) -> None:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop)
-    loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(_reload(node)))
+    loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(node.reload_from_source()))
     endpoint = _metrics_endpoint(node, loop)
     # Outside systemd there is nobody to inform.
     informer = (loop.create_task(systemd.keep_informed(notifier, node.status))
@@ -111,15 +111,3 @@ def _tracer(path: Path) -> Callable[[str, str, int], None]:
         out.write(f"{key} {file} {size} {time.monotonic_ns()}\n")
 
     return hook
-
-
-async def _reload(node: Node) -> None:
-    source = node.config.source
-    assert source is not None
-    try:
-        config = load_config(source)
-    except ConfigError as e:
-        logging.getLogger("syncd").error("reload refused, keeping the running configuration: %s",
-                                         e)
-        return
-    await node.reload(config)
