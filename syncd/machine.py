@@ -411,6 +411,9 @@ class Tuning:
     fetch_window: int = 4 * 1024 * 1024
     request_timeout: float = 3.0
     persist_interval: float = 5.0
+    # Positions are retained, but a subscriber whose queue overflowed misses one for good
+    # while it stays connected: say it again now and then, even unchanged.
+    reannounce: float = 300.0
 
 
 @dataclass
@@ -713,6 +716,8 @@ class Machine:
             self.reload_at,
             self.announce_due,
             self.settle.since + SETTLE if self.settle else None,
+            (self.last_announce + self.tuning.reannounce
+             if self.mode in (Mode.LIVE, Mode.FROZEN, Mode.ADOPTING) else None),
             (self.last_persist + self.tuning.persist_interval) if self._persist_ready()
             else None,
         ) if t is not None]
@@ -1375,6 +1380,8 @@ class Machine:
                 self.paused = None  # nothing left to write: not paused any more
         if self.settle is not None and now >= self.settle.since + SETTLE:
             out.append(LookAgain())
+        if now >= self.last_announce + self.tuning.reannounce:
+            self._announce(now, out, at_once=True)
         for peer, f in self.diverged.items():
             asked = self.locating.get(peer)
             due = asked is None or now >= asked + LOCATE_RETRY

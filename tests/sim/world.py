@@ -306,7 +306,7 @@ class World:
         self._seq = 0
         self.queue: list[tuple[float, int, Callable[[], None]]] = []
         self.tuning = Tuning(chunk_bytes=self.rng.choice([40, 64, 4096]), fetch_window=256,
-                             request_timeout=1.0, persist_interval=2.0)
+                             request_timeout=1.0, persist_interval=2.0, reannounce=4.0)
         names = [chr(ord("a") + i) for i in range(hosts)]
         self.hosts = {n: SimHost(n, self) for n in names}
         self.written: set[bytes] = set()  # every whole line any writer (or operator) made
