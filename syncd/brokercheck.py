@@ -30,6 +30,7 @@ import aiomqtt
 
 from syncd import frames, tls
 from syncd.config import Config
+from syncd.errors import SyncdError
 
 # The largest frame syncd publishes: chunk_bytes of data behind the preamble, tag, header
 # length and a header of at most MAX_HEADER bytes.
@@ -37,7 +38,7 @@ FRAME_OVERHEAD = len(frames.PREAMBLE) + frames.TAG_SIZE + 4 + frames.MAX_HEADER
 
 
 @dataclass
-class BrokerProblem(Exception):
+class BrokerProblem(SyncdError):
     cause: str  # unreachable, credentials, tls, subscribe, acl, packet_limit, retained
     detail: str
 

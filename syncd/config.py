@@ -9,10 +9,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from syncd.errors import SyncdError
 from syncd.names import is_valid_name
 
 
-class ConfigError(Exception):
+class ConfigError(SyncdError):
     """A configuration problem, with the file, key and line in its message."""
 
 

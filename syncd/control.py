@@ -9,8 +9,10 @@ from typing import Any
 
 import orjson
 
+from syncd.errors import SyncdError
 
-class ControlError(Exception):
+
+class ControlError(SyncdError):
     """The daemon could not be asked (not running, wrong state_dir, permissions)."""
 
 

@@ -35,6 +35,7 @@ from typing import Any
 import orjson
 
 from syncd.control import ControlError, query
+from syncd.errors import SyncdError
 
 NODES = ("host-a", "host-b")
 KEY = "bot-1"
@@ -76,7 +77,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class DemoError(Exception):
+class DemoError(SyncdError):
     """The demo could not run; the message says why."""
 
 

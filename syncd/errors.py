@@ -1,4 +1,5 @@
-"""One root for every error syncd raises on purpose, like aiomqtt's MqttError or h11's
+"""One root for every error syncd raises on purpose (ConfigError, FrameError, SecretError,
+StartupError, ControlError, ... all derive from it), like aiomqtt's MqttError or h11's
 ProtocolError: callers that only want "syncd said no" catch SyncdError; the subclasses name
 the expected conditions, so that none of them hides behind a built-in (a file that shrank
 under us is not an EOFError).

@@ -33,6 +33,7 @@ from typing import Any
 
 import orjson
 
+from syncd.errors import SyncdError
 from syncd.ledger import DIGEST_SIZE
 from syncd.names import is_valid_name
 
@@ -42,7 +43,7 @@ _HEADER_LEN = struct.Struct(">I")
 MAX_HEADER = 4096
 
 
-class FrameError(ValueError):
+class FrameError(SyncdError, ValueError):
     """A topic or payload that is not a valid syncd frame."""
 
 

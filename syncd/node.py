@@ -22,6 +22,7 @@ import orjson
 
 from syncd import frames, logs, retire
 from syncd.config import Config, ConfigError, load_config
+from syncd.errors import SyncdError
 from syncd.frames import FrameError, Kind
 from syncd.freshness import ReplayGuard
 from syncd.groupsync import GroupSync
@@ -69,7 +70,7 @@ def _event(kind: Kind, sender: str, body: frames.Payload) -> Event | None:
     return None
 
 
-class StartupError(Exception):
+class StartupError(SyncdError):
     """The daemon cannot start (directories, permissions); the message says what to fix."""
 
 

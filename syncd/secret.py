@@ -5,10 +5,12 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
+from syncd.errors import SyncdError
+
 MIN_BYTES = 16
 
 
-class SecretError(Exception):
+class SecretError(SyncdError):
     """The secret file is missing, unsafe or too short (the message never contains it)."""
 
 

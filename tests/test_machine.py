@@ -212,3 +212,17 @@ def test_transitions_outside_the_table_are_refused() -> None:
     m, _ = live()
     with pytest.raises(AssertionError, match="no transition live -> loading"):
         m._enter(Mode.LOADING)
+
+
+def test_every_expected_error_has_one_root() -> None:
+    from syncd.brokercheck import BrokerProblem
+    from syncd.config import ConfigError
+    from syncd.control import ControlError
+    from syncd.errors import ConcurrentWrite, FileReplaced, FileShrank, SyncdError
+    from syncd.frames import FrameError
+    from syncd.node import StartupError
+    from syncd.secret import SecretError
+
+    for error in (BrokerProblem, ConfigError, ControlError, ConcurrentWrite, FileReplaced,
+                  FileShrank, FrameError, StartupError, SecretError):
+        assert issubclass(error, SyncdError), error

@@ -28,6 +28,7 @@ from syncd import frames, tls
 from syncd.brokercheck import classify_connect_error
 from syncd.cli.common import config_option, load_or_exit
 from syncd.config import Config, ConfigError
+from syncd.errors import SyncdError
 from syncd.names import is_valid_name
 from syncd.secret import SecretError, load_secret
 
@@ -36,7 +37,7 @@ EXIT_REFUSED = 1
 EXIT_UNUSABLE = 2
 
 
-class Refused(Exception):
+class Refused(SyncdError):
     """Nothing was changed; the message says why."""
 
 

@@ -16,6 +16,7 @@ import orjson
 
 from syncd.cli.common import DEFAULT_CONFIG, key_config_option
 from syncd.config import ConfigError, load_config
+from syncd.errors import SyncdError
 from syncd.names import is_valid_name
 from syncd.verify import LogChecker, Problem, Report
 
@@ -27,7 +28,7 @@ EXIT_PROBLEMS = 1
 EXIT_UNUSABLE = 2
 
 
-class UnusableTarget(Exception):
+class UnusableTarget(SyncdError):
     """The argument names no file we can read; the message is the whole explanation."""
 
 
