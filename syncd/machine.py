@@ -106,6 +106,11 @@ TRANSITIONS: dict[Mode, frozenset[Mode]] = {
 class ReadPlan:
     ranges: tuple[tuple[int, int], ...] = ()
     line_end_from: int | None = None  # also find the end of the last whole line past here
+    stat: bool = False  # the file's stat, even without reading bytes
+
+    @property
+    def empty(self) -> bool:
+        return not self.ranges and self.line_end_from is None and not self.stat
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,9 +149,14 @@ class LoadFailed:
 
 @dataclass(frozen=True, slots=True)
 class Look:
-    """Look at the local file again; `replaced`: the watcher saw it deleted or moved over."""
+    """Look at the local file again; `replaced`: the watcher saw it deleted or moved over.
+
+    A look starts with a stat (`full` False): most hints are our own appends, which change
+    nothing we have not recorded. Only when the stat says the file changed does the machine
+    ask for the full look, with the bytes below our end and the new ones."""
 
     replaced: bool = False
+    full: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +198,9 @@ class PeerData:
     peer: str
     data: Data
     retried: bool = False  # re-delivered after our own local bytes were dealt with
+    # Read the bytes below our end too: the file changed since we last wrote or judged it
+    # (the first delivery only takes a stat, which is all the common case needs).
+    look: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -565,36 +578,45 @@ class Machine:
         ledger = self.ledger
         match event:
             case Loaded(record=rec) if rec is not None:
-                return ReadPlan(((block_start(rec.size), rec.size),))
+                return ReadPlan(((block_start(rec.size), rec.size),), stat=True)
             case Rehashed(purpose="load") if self._record is not None:
                 size = self._record.size
-                return ReadPlan(((block_start(size), size),))
+                return ReadPlan(((block_start(size), size),), stat=True)
             case Rehashed(purpose="check") if ledger is not None:
-                return ReadPlan(((block_start(ledger.size), ledger.size),))
+                return ReadPlan(((block_start(ledger.size), ledger.size),), stat=True)
+            case PeerData(look=False) | Look(full=False):
+                return ReadPlan(stat=True)
             case Look() | PeerData() if ledger is not None:
                 window = self.tuning.fetch_window
                 if isinstance(event, PeerData):
                     window = len(event.data.data)
                 return ReadPlan(((ledger.recheck_start(), ledger.size + window),),
-                                line_end_from=ledger.size)
+                                line_end_from=ledger.size, stat=True)
+            case Loaded() | Rehashed() | Look() | PeerRequest():
+                plan = self._request_plan(event) if isinstance(event, PeerRequest) else NO_READS
+                return ReadPlan(plan.ranges, stat=True)
             case PeerPos(announce=a) if ledger is not None:
                 return self._partial_plan(a.size)
             case Reassess(peer=p) if ledger is not None and p in self.peers:
                 return self._partial_plan(self.peers[p].position.size)
             case PeerRefuse(refuse=rf) if ledger is not None:
                 return self._partial_plan(rf.offset)
-            case PeerRequest(request=r) if ledger is not None:
-                plan = self._partial_plan(r.have)
-                start, end = self._serve_range(r)
-                if start < end:
-                    plan = ReadPlan((*plan.ranges, self._serve_read(start, end)))
-                return plan
             case PeerProbe(probe=p) if ledger is not None and p.what is ProbeWhat.BYTES:
                 start = min(p.start, ledger.size)
                 return ReadPlan(((start, min(ledger.size, start + min(p.count, BLOCK))),))
             case PeerProbed(probed=p) if p.what is ProbeWhat.BYTES:
                 return ReadPlan(((p.start, p.start + len(p.data)),))
         return NO_READS
+
+    def _request_plan(self, event: PeerRequest) -> ReadPlan:
+        if self.ledger is None:
+            return NO_READS
+        r = event.request
+        plan = self._partial_plan(r.have)
+        start, end = self._serve_range(r)
+        if start < end:
+            plan = ReadPlan((*plan.ranges, self._serve_read(start, end)))
+        return plan
 
     def _partial_plan(self, offset: int) -> ReadPlan:
         ledger = self.ledger
@@ -637,8 +659,8 @@ class Machine:
                 self._on_load_failed(detail, now, out)
             case Rehashed():
                 self._on_rehashed(event, snap, now, wall, out)
-            case Look(replaced=replaced):
-                self._on_look(replaced, snap, now, wall, out)
+            case Look(replaced=replaced, full=full):
+                self._on_look(replaced, full, snap, now, wall, out)
             case Tick():
                 self._on_tick(now, wall, out)
             case Drained():
@@ -900,17 +922,13 @@ class Machine:
         # still find (else they stay unshipped until the next write).
         self.seen = (st.size, st.mtime_ns) if st and st.size == self.held else None
 
-    def _on_look(self, replaced: bool, snap: Snapshot, now: float, wall: float,
+    def _on_look(self, replaced: bool, full: bool, snap: Snapshot, now: float, wall: float,
                  out: list[Effect]) -> None:
         ledger = self.ledger
         st = snap.stat
         self.file_stat = st  # kept current even while frozen: status shows both sizes
         if ledger is None or self.mode not in (Mode.LIVE, Mode.FROZEN, Mode.ADOPTING):
             return
-        if self.failing is not None and not self.failing.detail.startswith("cannot make"):
-            out.append(Log(logging.WARNING, f"{self.name}: the file can be read again "
-                                            f"({self.failing.attempts} failed looks)"))
-            self.failing = None
         if replaced:
             if now < self.own_removal_until:
                 self.own_removal_until = float("-inf")  # our archive's own move
@@ -918,6 +936,18 @@ class Machine:
                 what = "deleted" if st is None else "deleted or renamed over, then recreated"
                 self._local_reset(f"file {what} (held {ledger.size} bytes)", now, wall, out)
                 return
+        if not full:
+            stat_now = (st.dev, st.ino, st.size, st.mtime_ns) if st else None
+            if judge_local(ledger.size, self.inode, self.seen, stat_now, None) is not \
+                    LocalChange.NONE:
+                out.append(Redeliver(Look(full=True)))
+            else:
+                self.settle = None
+            return  # judged on the stat alone, or again with the bytes it needs
+        if self.failing is not None and not self.failing.detail.startswith("cannot make"):
+            out.append(Log(logging.WARNING, f"{self.name}: the file can be read again "
+                                            f"({self.failing.attempts} failed looks)"))
+            self.failing = None
         self._judge_local(snap, now, wall, out)
 
     def _judge_local(self, snap: Snapshot, now: float, wall: float, out: list[Effect]) -> None:
@@ -1140,7 +1170,14 @@ class Machine:
                           "that differs from ours", now, wall, out)
             return
         st = snap.stat
-        if self.mode is not Mode.ADOPTING:
+        if not ev.look and self.mode is not Mode.ADOPTING:
+            untouched = (st is not None and st.inode == self.inode
+                         and (st.size, st.mtime_ns) == self.seen and st.size == ledger.size)
+            if not untouched:
+                # Changed since we last wrote or judged it: read below our end and judge.
+                out.append(Redeliver(PeerData(peer, d, ev.retried, look=True)))
+                return
+        elif self.mode is not Mode.ADOPTING:
             # The same question as for the writer's own bytes: is our history still a prefix
             # of the file, at the inode we describe, with nothing unrecorded past our end?
             stat_now = (st.dev, st.ino, st.size, st.mtime_ns) if st else None
@@ -1154,7 +1191,7 @@ class Machine:
                     # Local bytes first (ship whole lines, or notice a reset or an edit), then
                     # judge this frame again on what the file holds then.
                     self._judge_local(snap, now, wall, out)
-                    out.append(Redeliver(PeerData(peer, d, retried=True)))
+                    out.append(Redeliver(PeerData(peer, d, retried=True, look=True)))
                 elif past_end and change is LocalChange.GROWTH:
                     self._torn_local_line(peer, got[ledger.size - ledger.recheck_start():],
                                           now, wall, out)
@@ -1279,8 +1316,11 @@ class Machine:
         first, last = self._serve_read(start, end)
         buf = snap.get(first, last)
         st = snap.stat
+        # Unchanged since we last wrote or judged it (size, mtime and inode, as git's index
+        # trusts a file): the bytes are the ones we recorded. Otherwise check every block.
+        untouched = st is not None and (st.size, st.mtime_ns) == self.seen
         if (len(buf) != last - first or st is None or st.inode != self.inode
-                or not ledger.holds(first, buf)):
+                or not (untouched or ledger.holds(first, buf))):
             # Shorter, another file, or bytes changed since we recorded them: never vouch
             # for them. The look (or a full check) says what happened.
             out.append(Rehash("check", why="bytes asked for by a peer changed")

@@ -244,8 +244,14 @@ class Replica:
         logs.PEER.set(getattr(event, "peer", None))  # JSON log lines about it name the peer
         plan = m.reads_for(event)
         loop = asyncio.get_running_loop()
+        reads: dict[tuple[int, int], bytes] = {}
         try:
-            st, reads, line_end = store.snapshot(self.path, plan.ranges, plan.line_end_from)
+            if plan.empty:
+                st, line_end = None, None  # a decision that needs no file
+            elif not plan.ranges and plan.line_end_from is None:
+                st, line_end = store.stat(self.path), None
+            else:
+                st, reads, line_end = store.snapshot(self.path, plan.ranges, plan.line_end_from)
         except OSError as e:
             effects = m.handle(IoFailed(event, e.strerror or str(e)), EMPTY, loop.time(),
                                time.time())

@@ -97,11 +97,23 @@ def snapshot(path: Path, ranges: tuple[tuple[int, int], ...], line_end_from: int
         reads = {(a, b): os.pread(fd, b - a, a) if b > a else b"" for a, b in ranges}
         line_end = None
         if line_end_from is not None:
-            line_end = _last_line_end(fd, line_end_from, st.st_size)
+            line_end = _line_end_from_reads(reads, line_end_from, st.st_size)
+            if line_end is None:
+                line_end = _last_line_end(fd, line_end_from, st.st_size)
         return Stat(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns), reads, \
             line_end
     finally:
         os.close(fd)
+
+
+def _line_end_from_reads(reads: dict[tuple[int, int], bytes], start: int,
+                         size: int) -> int | None:
+    """The last line end in [start, size) from a read that already holds those bytes."""
+    for (a, _), data in reads.items():
+        if a <= start and a + len(data) >= size:
+            cut = data.rfind(b"\n", start - a, size - a)
+            return a + cut + 1 if cut >= 0 else start
+    return None
 
 
 def append_at(path: Path, offset: int, data: bytes, inode: tuple[int, int] | None) -> Stat:
