@@ -157,6 +157,7 @@ class Look:
 
     replaced: bool = False
     full: bool = False
+    size: int = -1  # the size the stat found: the full look reads no further
 
 
 @dataclass(frozen=True, slots=True)
@@ -587,11 +588,13 @@ class Machine:
             case PeerData(look=False) | Look(full=False):
                 return ReadPlan(stat=True)
             case Look() | PeerData() if ledger is not None:
-                window = self.tuning.fetch_window
+                end = ledger.size + self.tuning.fetch_window
                 if isinstance(event, PeerData):
-                    window = len(event.data.data)
-                return ReadPlan(((ledger.recheck_start(), ledger.size + window),),
-                                line_end_from=ledger.size, stat=True)
+                    end = ledger.size + len(event.data.data)
+                elif event.size >= 0:
+                    end = max(ledger.size, min(end, event.size))  # no larger buffer than needed
+                return ReadPlan(((ledger.recheck_start(), end),), line_end_from=ledger.size,
+                                stat=True)
             case Loaded() | Rehashed() | Look() | PeerRequest():
                 plan = self._request_plan(event) if isinstance(event, PeerRequest) else NO_READS
                 return ReadPlan(plan.ranges, stat=True)
@@ -940,7 +943,7 @@ class Machine:
             stat_now = (st.dev, st.ino, st.size, st.mtime_ns) if st else None
             if judge_local(ledger.size, self.inode, self.seen, stat_now, None) is not \
                     LocalChange.NONE:
-                out.append(Redeliver(Look(full=True)))
+                out.append(Redeliver(Look(full=True, size=st.size if st else -1)))
             else:
                 self.settle = None
             return  # judged on the stat alone, or again with the bytes it needs
