@@ -231,11 +231,12 @@ class Replica:
 
     async def _drain(self) -> None:
         while self._inbox or self._look_pending:
-            if self._inbox:
-                event = self._inbox.popleft()
-            else:
+            # The writer's new bytes first: everything else waits less than they do.
+            if self._look_pending:
                 self._look_pending = False
-                event = Look()
+                event: Event = Look()
+            else:
+                event = self._inbox.popleft()
             await self._handle(event)
         await self._handle(Drained())
 
