@@ -497,7 +497,8 @@ class Machine:
         self.freeze: Freeze | None = None
         self.diverged: dict[str, Freeze] = {}
         self.note: str | None = None
-        self.intent: tuple[str, int, int] | None = None
+        self.intent: tuple[str, int, int, str] | None = None
+        self._intent_check: tuple[int, bytes] | None = None  # (end, digest) during LOADING
         self.paused: Trouble | None = None
         self.failing: Trouble | None = None
         self.load_error: str | None = None
@@ -557,8 +558,9 @@ class Machine:
 
     def may_serve(self, force: bool) -> bool:
         """Whether we send our bytes to a peer that asks (an adopting peer may ask a frozen
-        copy: serving never changes it)."""
-        return self.ledger is not None and (self.mode is Mode.LIVE or force)
+        copy: serving never changes it). An adopting copy serves what it took so far: every
+        byte travels with the digest of the prefix before it."""
+        return self.ledger is not None and (self.mode in (Mode.LIVE, Mode.ADOPTING) or force)
 
     def _enter(self, mode: Mode) -> None:
         if mode is self.mode:
@@ -582,7 +584,11 @@ class Machine:
                 return ReadPlan(((block_start(rec.size), rec.size),), stat=True)
             case Rehashed(purpose="load") if self._record is not None:
                 size = self._record.size
-                return ReadPlan(((block_start(size), size),), stat=True)
+                ranges = [(block_start(size), size)]
+                if self._intent_check is not None:
+                    end = self._intent_check[0]
+                    ranges.append((block_start(end), end))
+                return ReadPlan(tuple(ranges), stat=True)
             case Rehashed(purpose="check") if ledger is not None:
                 return ReadPlan(((block_start(ledger.size), ledger.size),), stat=True)
             case PeerData(look=False) | Look(full=False):
@@ -814,8 +820,12 @@ class Machine:
         # Bytes we recorded as held count as ours even mid-line, and so do a peer's pieces
         # we were appending when we stopped (the intent), never a local writer's torn line.
         hold = rec.size
-        if rec.intent is not None and rec.intent[1] <= rec.size <= rec.intent[2]:
-            hold = max(hold, min(st.size, rec.intent[2]))
+        intent = rec.intent
+        if intent is not None and intent[1] <= rec.size < intent[2] <= st.size:
+            # Only if every piece is still there, and only once the file's prefix is checked
+            # to have the digest we recorded: a writer's torn line may sit there instead.
+            hold = intent[2]
+            self._intent_check = (intent[2], bytes.fromhex(intent[3]))
         out.append(Rehash("load", hold=hold))
 
     def _finish_load_frozen(self, out: list[Effect]) -> None:
@@ -866,6 +876,17 @@ class Machine:
                                      wall, out, keep=True)
                     self._finish_load_frozen(out)
                 return
+            check = self._intent_check
+            self._intent_check = None
+            if check is not None and rec is not None:
+                end, digest = check
+                partial = snap.get(block_start(end), end)
+                if not (fresh.size >= end and len(partial) == end - block_start(end)
+                        and fresh.digest_at(end, partial) == digest):
+                    # Not the peer's bytes we wrote: hash again without them (they are local).
+                    self.intent = None
+                    out.append(Rehash("load", hold=rec.size))
+                    return
             ok = True
             where = 0
             if rec is not None:
@@ -944,14 +965,18 @@ class Machine:
             if judge_local(ledger.size, self.inode, self.seen, stat_now, None) is not \
                     LocalChange.NONE:
                 out.append(Redeliver(Look(full=True, size=st.size if st else -1)))
-            else:
-                self.settle = None
-            return  # judged on the stat alone, or again with the bytes it needs
+                return  # judged again with the bytes it needs
+            self.settle = None
+            self._look_worked(out)
+            return  # judged on the stat alone: nothing changed
+        self._look_worked(out)
+        self._judge_local(snap, now, wall, out)
+
+    def _look_worked(self, out: list[Effect]) -> None:
         if self.failing is not None and not self.failing.detail.startswith("cannot make"):
             out.append(Log(logging.WARNING, f"{self.name}: the file can be read again "
                                             f"({self.failing.attempts} failed looks)"))
             self.failing = None
-        self._judge_local(snap, now, wall, out)
 
     def _judge_local(self, snap: Snapshot, now: float, wall: float, out: list[Effect]) -> None:
         ledger = self.ledger
@@ -1205,7 +1230,7 @@ class Machine:
             # A piece of a long line: record durably that the bytes past our end will be
             # this peer's, so that a restart does not take them for a local torn line.
             start = self.intent[1] if self.intent and self.intent[2] == d.offset else d.offset
-            self.intent = (peer, start, d.end)
+            self.intent = (peer, start, d.end, ledger.digest_with(d.data).hex())
             out.append(self._persist_record(durable=True))
         out.append(Append(d.offset, d.data, self.inode if st is not None else None, peer))
 

@@ -56,10 +56,11 @@ class FileRecord:
     diverged_peers: dict[str, Freeze] = field(default_factory=dict)
     note: str | None = None  # the last local edit noticed, for the operator
     # A peer's bytes we are appending that do not end a line (a piece of a long line):
-    # (peer, start, end). Written durably before the append, so that after a crash the
-    # bytes [start, end) past our recorded size are known to be that peer's, not a local
-    # writer's torn line.
-    intent: tuple[str, int, int] | None = None
+    # (peer, start, end, hex digest of the prefix of length end). Written durably before the
+    # append, so that after a crash the bytes [start, end) past our recorded size are known
+    # to be that peer's (when the file's prefix still has that digest), not a local writer's
+    # torn line.
+    intent: tuple[str, int, int, str] | None = None
 
 
 class RecordStore:
@@ -140,10 +141,10 @@ class RecordStore:
         self._chain_written.pop((key, file), None)
 
 
-def _intent(value: Any) -> tuple[str, int, int] | None:
-    if (isinstance(value, list) and len(value) == 3 and isinstance(value[0], str)
-            and all(isinstance(v, int) for v in value[1:])):
-        return (value[0], value[1], value[2])
+def _intent(value: Any) -> tuple[str, int, int, str] | None:
+    if (isinstance(value, list) and len(value) == 4 and isinstance(value[0], str)
+            and all(isinstance(v, int) for v in value[1:3]) and isinstance(value[3], str)):
+        return (value[0], value[1], value[2], value[3])
     return None
 
 
