@@ -161,40 +161,6 @@ def _append_fd(fd: int, offset: int, data: bytes) -> Stat:
     return Stat(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def append(path: Path, offset: int, data: bytes, durable: bool = True) -> Stat:
-    """Append `data`, which must start at `offset`; with `durable`, fdatasync before returning.
-
-    O_APPEND never overwrites; if another process wrote concurrently the sizes tell, and we
-    raise instead of pretending the bytes landed where we meant them to. Callers that batch
-    pass durable=False and call `sync` once for the batch. Returns the file's stat after.
-    """
-    # The umask decides the mode: under the systemd unit (UMask=0007) a copy created here is
-    # group-writable, so the bot's user can take it over after a failover.
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 0o666)
-    try:
-        before = os.fstat(fd).st_size
-        if before != offset:
-            raise ConcurrentWrite(f"expected {offset} bytes before appending, found {before}")
-        view = memoryview(data)
-        try:
-            while view:
-                n = os.write(fd, view)
-                view = view[n:]
-        except OSError:
-            _undo_partial_append(fd, offset, len(data) - len(view))
-            raise
-        st = os.fstat(fd)
-        if durable:
-            os.fdatasync(fd)
-        if st.st_size != offset + len(data):
-            raise ConcurrentWrite(f"expected {offset + len(data)} bytes after appending, "
-                                  f"found {st.st_size}")
-        return Stat(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-    finally:
-        os.close(fd)
-
-
 def _undo_partial_append(fd: int, offset: int, written: int) -> None:
     """A write failed midway (disk full): take back the bytes this call wrote, and only those,
     so the copy stays a whole-lines prefix of the sender's. If the size says someone else

@@ -60,20 +60,11 @@ def command(keys: tuple[str, ...], config_path: Path, as_json: bool, ready_keys:
         raise click.UsageError("--ready needs at least one KEY")
     config = load_or_exit(config_path)
     if ready_keys:
-        try:
-            whole = query(config.state_dir / SOCKET_NAME, "status")["status"]
-        except ControlError as e:
-            click.echo(f"syncd: {e}", err=True)
-            sys.exit(EXIT_UNREACHABLE)
-        ok, text = ready_report(whole, keys)
+        ok, text = ready_report(ask(config.state_dir), keys)
         click.echo(text)
         sys.exit(EXIT_OK if ok else EXIT_PROBLEMS)
     while True:
-        try:
-            whole = query(config.state_dir / SOCKET_NAME, "status")["status"]
-        except ControlError as e:
-            click.echo(f"syncd: {e}", err=True)
-            sys.exit(EXIT_UNREACHABLE)
+        whole = ask(config.state_dir)
         status = select(whole, keys, problems)
         unknown = sorted(set(keys) - {f["key"] for f in whole["files"]})
         if unknown:
@@ -98,6 +89,16 @@ def command(keys: tuple[str, ...], config_path: Path, as_json: bool, ready_keys:
     if any(f["state"] in PROBLEM_STATES or any(p["frozen"] for p in f["peers"].values())
            for f in status["files"]):
         sys.exit(EXIT_PROBLEMS)
+
+
+def ask(state_dir: Path) -> dict[str, Any]:
+    """The running daemon's status document; exit 2 saying why when it cannot be asked."""
+    try:
+        status: dict[str, Any] = query(state_dir / SOCKET_NAME, "status")["status"]
+    except ControlError as e:
+        click.echo(f"syncd: {e}", err=True)
+        sys.exit(EXIT_UNREACHABLE)
+    return status
 
 
 def is_problem(f: dict[str, Any]) -> bool:
