@@ -1718,6 +1718,9 @@ class Machine:
         self.adoption = None
         self._enter(Mode.LIVE)
         self._refreeze_or_live()  # a peer that holds yet another history still differs
+        # Local changes were not judged while adopting (the bot should have been stopped):
+        # check the whole copy once against what we took, so that none goes unnoticed.
+        out.append(Rehash("check", why="the file changed while it was being adopted"))
         out.append(Log(logging.INFO, f"{self.name}: now identical to {ad.peer}'s copy "
                                      f"({self.position.size} bytes)"))
         out.append(AdoptDone(ad.ticket, {"file": self.file, "archive": ad.archive,
