@@ -729,7 +729,8 @@ class Machine:
                     self.adoption = None
             case ScrubMismatch():
                 if self.mode in (Mode.LIVE, Mode.FROZEN) and self.ledger is not None:
-                    out.append(Rehash("check", why="the background scrub found other bytes"))
+                    out.append(Rehash("check", hold=self.held,
+                                      why="the background scrub found other bytes"))
             case IoFailed(event=failed, detail=detail):
                 self._on_io_failed(failed, detail, now, wall, out)
             case RoleChanged(role=role):
@@ -1017,7 +1018,7 @@ class Machine:
         if change in (LocalChange.EDITED, LocalChange.TOUCHED):
             why = ("bytes below the end changed" if change is LocalChange.EDITED
                    else "changed without growing")
-            out.append(Rehash("check", why=why))
+            out.append(Rehash("check", hold=ledger.size, why=why))
             return
         self.file_stat = st
         if self.mode is not Mode.LIVE and self.mode is not Mode.FROZEN:
@@ -1351,7 +1352,7 @@ class Machine:
                 or not (untouched or ledger.holds(first, buf))):
             # Shorter, another file, or bytes changed since we recorded them: never vouch
             # for them. The look (or a full check) says what happened.
-            out.append(Rehash("check", why="bytes asked for by a peer changed")
+            out.append(Rehash("check", hold=ledger.size, why="bytes asked for by a peer changed")
                        if len(buf) == last - first and st is not None
                        and st.inode == self.inode else LookAgain())
             return
@@ -1718,13 +1719,14 @@ class Machine:
         self.adoption = None
         self._enter(Mode.LIVE)
         self._refreeze_or_live()  # a peer that holds yet another history still differs
-        # Local changes were not judged while adopting (the bot should have been stopped):
-        # check the whole copy once against what we took, so that none goes unnoticed.
-        out.append(Rehash("check", why="the file changed while it was being adopted"))
         out.append(Log(logging.INFO, f"{self.name}: now identical to {ad.peer}'s copy "
                                      f"({self.position.size} bytes)"))
         out.append(AdoptDone(ad.ticket, {"file": self.file, "archive": ad.archive,
                                          "size": self.position.size}))
+        # Local changes were not judged while adopting (the bot should have been stopped):
+        # check the whole copy once against what we took, so that none goes unnoticed.
+        out.append(Rehash("check", hold=self.held,
+                          why="the file changed while it was being adopted"))
         for peer, view in self.peers.items():
             self._assess(peer, view, EMPTY, now, now, out)
 
