@@ -996,7 +996,17 @@ class Machine:
         if change is LocalChange.NONE:
             return
         if self.mode is Mode.ADOPTING:
-            return  # the operator stopped the bot here; the adopted copy is what counts
+            if change in (LocalChange.REPLACED, LocalChange.SHRUNK) and self.adoption:
+                # Someone removed or cut the copy we are building: the adoption cannot end
+                # well. Say so to the operator, and freeze what is there as a reset.
+                ad = self.adoption
+                self.adoption = None
+                out.append(AdoptDone(ad.ticket, {"error": "the local file was removed or cut "
+                                                          "while it was being adopted"}))
+                self._enter(Mode.LIVE)
+                self._local_reset(f"file changed ({change.value}) while adopting "
+                                  f"{ad.peer}'s copy", now, wall, out)
+            return  # else the operator stopped the bot here; the adopted copy is what counts
         if change is LocalChange.REPLACED:
             what = "deleted" if st is None else "replaced (new inode)"
             self._local_reset(f"file {what}; held {ledger.size} bytes", now, wall, out)
@@ -1494,7 +1504,9 @@ class Machine:
     # --- announcing and persisting ------------------------------------------------------------
 
     def _announcement(self, answers: int = 0) -> Announce:
-        return Announce(self.position.size, self.position.digest, self.frozen, answers)
+        # An adopting copy is not a source for anyone else until it holds the winner's copy.
+        frozen = self.frozen or ("adopting" if self.mode is Mode.ADOPTING else None)
+        return Announce(self.position.size, self.position.digest, frozen, answers)
 
     def _announce(self, now: float, out: list[Effect], at_once: bool = False,
                   answers: int = 0) -> None:

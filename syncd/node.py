@@ -555,7 +555,10 @@ class Node:
                                                         "total": total}}) + b"\n")
                 await writer.drain()
                 await asyncio.wait([done], timeout=0.2)
-            results.append(done.result())
+            result = done.result()
+            if "error" in result:
+                return {"ok": False, "error": f"{r.name}: {result['error']}"}
+            results.append(result)
         return {"ok": True, "adopted": results}
 
 

@@ -580,6 +580,7 @@ class World:
     def fault_wipe_state(self, h: SimHost) -> None:
         self._crash(h, power=False)
         h.stored = h.stored_durable = None
+        h.tampered = True  # its history restarts from the file as it is (torn pieces out)
 
     def _crash(self, h: SimHost, power: bool) -> None:
         if not h.alive:
