@@ -1731,6 +1731,7 @@ class Machine:
         self.adoption = None
         self._enter(Mode.LIVE)
         self._refreeze_or_live()  # a peer that holds yet another history still differs
+        self._announce(now, out, at_once=True)  # no longer "adopting": a source again
         out.append(Log(logging.INFO, f"{self.name}: now identical to {ad.peer}'s copy "
                                      f"({self.position.size} bytes)"))
         out.append(AdoptDone(ad.ticket, {"file": self.file, "archive": ad.archive,
