@@ -23,11 +23,7 @@ import orjson
 from syncd import frames, logs, retire
 from syncd.config import Config, ConfigError, load_config
 from syncd.errors import SyncdError
-from syncd.frames import FrameError, Kind
-from syncd.freshness import ReplayGuard
-from syncd.groupsync import GroupSync
-from syncd.link import Link
-from syncd.machine import (
+from syncd.events import (
     Event,
     PeerData,
     PeerOnline,
@@ -36,6 +32,12 @@ from syncd.machine import (
     PeerProbed,
     PeerRefuse,
     PeerRequest,
+)
+from syncd.frames import FrameError, Kind
+from syncd.freshness import ReplayGuard
+from syncd.groupsync import GroupSync
+from syncd.link import Link
+from syncd.machine import (
     Tuning,
 )
 from syncd.persist import RecordStore

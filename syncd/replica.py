@@ -21,9 +21,7 @@ from typing import Protocol
 from syncd import frames, logs, store
 from syncd.archive import archive_copy
 from syncd.errors import ConcurrentWrite, FileReplaced
-from syncd.groupsync import GroupSync
-from syncd.ledger import Ledger
-from syncd.machine import (
+from syncd.events import (
     EMPTY,
     AdoptDone,
     AdoptRequested,
@@ -46,8 +44,6 @@ from syncd.machine import (
     LogCheck,
     Look,
     LookAgain,
-    Machine,
-    Mode,
     PeerForgotten,
     Persist,
     Reassess,
@@ -64,6 +60,12 @@ from syncd.machine import (
     Synced,
     SyncFailed,
     Tick,
+)
+from syncd.groupsync import GroupSync
+from syncd.ledger import Ledger
+from syncd.machine import (
+    Machine,
+    Mode,
     Tuning,
 )
 from syncd.persist import RecordStore

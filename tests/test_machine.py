@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from syncd.frames import Announce, Data, Kind, Refuse, Request
-from syncd.ledger import BLOCK, Ledger, Position, digest_of
-from syncd.machine import (
+from syncd.events import (
     AdoptDone,
     AdoptRequested,
     Append,
@@ -24,8 +22,6 @@ from syncd.machine import (
     Loaded,
     Look,
     LookAgain,
-    Machine,
-    Mode,
     PeerData,
     PeerPos,
     PeerRequest,
@@ -37,6 +33,12 @@ from syncd.machine import (
     Sync,
     Synced,
     Tick,
+)
+from syncd.frames import Announce, Data, Kind, Refuse, Request
+from syncd.ledger import BLOCK, Ledger, Position, digest_of
+from syncd.machine import (
+    Machine,
+    Mode,
     Tuning,
 )
 from syncd.store import Stat

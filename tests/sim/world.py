@@ -25,9 +25,7 @@ from typing import Any
 from syncd import ledger as ledger_mod
 from syncd import machine as machine_mod
 from syncd import reconcile as reconcile_mod
-from syncd.frames import Announce, Kind
-from syncd.ledger import Ledger, digest_of
-from syncd.machine import (
+from syncd.events import (
     EMPTY,
     AdoptDone,
     AdoptRequested,
@@ -47,8 +45,6 @@ from syncd.machine import (
     LogCheck,
     Look,
     LookAgain,
-    Machine,
-    Mode,
     PeerData,
     PeerOnline,
     PeerPos,
@@ -69,6 +65,12 @@ from syncd.machine import (
     Sync,
     Synced,
     Tick,
+)
+from syncd.frames import Announce, Kind
+from syncd.ledger import Ledger, digest_of
+from syncd.machine import (
+    Machine,
+    Mode,
     Tuning,
 )
 from syncd.persist import FileRecord
