@@ -9,7 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
 from syncd.errors import SyncdError
+from syncd.identity import parse_public
 from syncd.names import is_valid_name
 
 
@@ -54,8 +57,10 @@ class Config:
     node: str
     runtimes_dir: Path
     state_dir: Path
-    secret_file: Path
+    identity_file: Path
     mqtt: MqttConfig
+    peers: dict[str, str] = field(default_factory=dict)  # node -> public key (base64)
+    secret_file: Path | None = None  # protocol 2's shared secret: no longer used
     files: tuple[str, ...] = ("events.jsonl",)
     role: str = "symmetric"
     include: tuple[str, ...] = ("*",)
@@ -97,6 +102,10 @@ class Config:
         d = self.runtimes_dir / key
         return [d / f for f in self.files_of(key) if (d / f).is_file()]
 
+    def peer_keys(self) -> dict[str, Ed25519PublicKey]:
+        """[peers] parsed (every entry was checked when the config was read)."""
+        return {node: parse_public(text) for node, text in self.peers.items()}
+
     @property
     def client_id(self) -> str:
         return self.mqtt.client_id or f"syncd-{self.node}"
@@ -112,7 +121,8 @@ class Config:
 
 
 _TOP = {
-    "node", "runtimes_dir", "state_dir", "secret_file", "files", "include", "exclude",
+    "node", "runtimes_dir", "state_dir", "secret_file", "identity_file", "peers", "files",
+    "include", "exclude",
     "chunk_bytes", "fetch_window_bytes", "sweep_interval", "scrub_bytes_per_second",
     "scrub_interval", "persist_interval", "request_timeout", "mqtt", "keys", "role", "watch",
     "metrics",
@@ -242,8 +252,11 @@ def parse_config(data: dict[str, Any], path: Path, text: str = "") -> Config:
         raise top.error("node", "use letters, digits, '.', '_' or '-' (at most 128)")
     runtimes_dir = top.path_("runtimes_dir", base, required=True)
     state_dir = top.path_("state_dir", base, required=True)
-    secret_file = top.path_("secret_file", base, required=True)
-    assert runtimes_dir is not None and state_dir is not None and secret_file is not None
+    assert runtimes_dir is not None and state_dir is not None
+    # Default: in state_dir, which the service's user owns (the config's directory is not
+    # writable by it), so `sudo -u syncd syncd keygen` can create it.
+    identity_file = top.path_("identity_file", base) or state_dir / "identity.key"
+    peers = _peers(top, data.get("peers", {}), _Reader(path, text, {}, "peers"))
 
     mqtt_table = data.get("mqtt", {})
     if not isinstance(mqtt_table, dict):
@@ -307,7 +320,9 @@ def parse_config(data: dict[str, Any], path: Path, text: str = "") -> Config:
         node=node,
         runtimes_dir=runtimes_dir,
         state_dir=state_dir,
-        secret_file=secret_file,
+        identity_file=identity_file,
+        peers=peers,
+        secret_file=top.path_("secret_file", base),
         mqtt=mqtt,
         files=files,
         role=role,
@@ -326,6 +341,25 @@ def parse_config(data: dict[str, Any], path: Path, text: str = "") -> Config:
         metrics=metrics,
         source=path,
     )
+
+
+def _peers(top: _Reader, table: Any, p: _Reader) -> dict[str, str]:
+    """[peers]: node = "public key", one line per host allowed in the cluster."""
+    if not isinstance(table, dict):
+        raise top.error("peers", 'must be a table ([peers], lines of node = "public key")')
+    p.table = table
+    peers: dict[str, str] = {}
+    for node, text in table.items():
+        if not is_valid_name(node):
+            raise p.error(node, "is not a valid node name")
+        if not isinstance(text, str):
+            raise p.error(node, 'must be the public key text `syncd keygen` prints, in quotes')
+        try:
+            parse_public(text)
+        except ValueError as e:
+            raise p.error(node, f"not a public key: {e}") from None
+        peers[node] = text.strip()
+    return peers
 
 
 def _metrics(top: _Reader, m: _Reader) -> MetricsConfig:

@@ -12,7 +12,6 @@ import dataclasses
 import itertools
 import logging
 import os
-import secrets
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,8 +19,9 @@ from typing import Any
 
 import orjson
 
-from syncd import frames, logs, retire
+from syncd import frames, logs
 from syncd.config import Config, ConfigError, load_config
+from syncd.epoch import next_epoch
 from syncd.errors import SyncdError
 from syncd.events import (
     Event,
@@ -33,18 +33,16 @@ from syncd.events import (
     PeerRefuse,
     PeerRequest,
 )
-from syncd.frames import FrameError, Kind
+from syncd.frames import Channel, FrameError, Kind
 from syncd.freshness import ReplayGuard
 from syncd.groupsync import GroupSync
+from syncd.identity import Identity, IdentityError, load_identity
 from syncd.link import Link
-from syncd.machine import (
-    Tuning,
-)
+from syncd.machine import Tuning
+from syncd.outbox import Outbox
 from syncd.persist import RecordStore
 from syncd.replica import Replica
-from syncd.retire import Retired, Seen
 from syncd.scrub import scrub_forever
-from syncd.secret import SecretError, load_secret
 from syncd.telemetry import Telemetry
 from syncd.watcher import Watcher
 
@@ -97,35 +95,55 @@ class Node:
         self.rejected = 0
         self._refused_keys: set[str] = set()
         self._listed_mtime: int | None = None
-        self._last_reject_log = 0.0
+        self._last_reject_log: dict[str, float] = {}  # sender level ("" for none) -> when
+        self._listed_for: Config | None = None
+        self._listed_cache: dict[str, tuple[str, Any]] = {}
         self._prefix = config.mqtt.topic_prefix
-        self.secret = b""  # read in check_dirs(), before anything is sent or accepted
-        self._sid = secrets.token_hex(8)
+        self._level = frames.level(config.node)
+        self.identity: Identity | None = None  # read in check_dirs(), before anything is sent
+        self.epoch = 0  # this run's number, counted up in check_dirs()
         self._seq = itertools.count()
         self._guard = ReplayGuard()
-        self.link = Link(config, self._on_message, self._on_connected, self.seal)
+        self.link = Link(config, self._on_message, self._on_connected, self.seal_presence)
+        self._outbox = Outbox(self._publish_batch, config.chunk_bytes)
         self._watcher = Watcher(config.runtimes_dir, self._on_hint)
         self._stop = asyncio.Event()
         self._durable_hooks: list[Callable[[str, str, int], None]] = []
         self.started = time.time()
         self.telemetry = Telemetry(time.monotonic())
-        self.retired = Retired()  # read in run(), once state_dir is known to be usable
         self._chores: set[asyncio.Task[None]] = set()  # referenced until done (asyncio docs)
 
     # --- Host protocol for replicas ---------------------------------------------------------
 
     def send(self, kind: Kind, key: str, file: str, payload: frames.Payload, to: str = "",
              retain: bool = False) -> None:
-        topic = frames.topic_for(self._prefix, frames.Topic(kind, self.node, key, file, to))
-        sealed = self.seal(topic, payload, None)
-        self.telemetry.count("sent", kind.value, len(sealed))
-        self.link.publish(topic, sealed, retain=retain)
+        """Queue one item; positions go out at once (retained, one topic per file), the rest
+        in a batch per topic at the end of this turn of the event loop."""
+        item = frames.Item(kind, payload, key, file)
+        self.telemetry.count("sent", kind.value, item.size)
+        if kind is Kind.POS:
+            self._outbox.flush()  # keep order: bytes announced are sent before the position
+            topic = frames.position_topic(self._prefix, self.node, key, file)
+            self.link.publish(topic, self._seal(topic, (item,)), retain=True)
+            return
+        if kind is Kind.LIVE:
+            self._outbox.add(frames.all_topic(self._prefix, self.node), "", item)
+        else:
+            self._outbox.add(frames.to_topic(self._prefix, to, self.node), to, item)
 
-    def seal(self, topic: str, payload: frames.Payload, ts: int | None) -> bytes:
-        """Encode and authenticate a frame for `topic`, stamped with our session and order."""
-        stamp = frames.Stamp(self._sid, next(self._seq),
-                             time.time_ns() // 1_000_000 if ts is None else ts)
-        return frames.encode(payload, stamp, self.secret, topic)
+    def _publish_batch(self, topic: str, to: str, items: tuple[frames.Item, ...]) -> None:
+        self.link.publish(topic, self._seal(topic, items, to=to))
+
+    def _seal(self, topic: str, items: tuple[frames.Item, ...], to: str = "",
+              conn: int | None = None) -> bytes:
+        """Encode and sign a frame for `topic`, stamped with our run, connection and order."""
+        assert self.identity is not None
+        frame = frames.Frame(self.node, self.epoch, next(self._seq), time.time_ns() // 1_000_000,
+                             items, to, self.link.conn if conn is None else conn)
+        return frames.encode(frame, self.identity, topic)
+
+    def seal_presence(self, topic: str, online: bool, conn: int) -> bytes:
+        return self._seal(topic, (frames.Item(Kind.NODE, frames.Presence(online)),), conn=conn)
 
     def role_of(self, key: str) -> str:
         return self.config.role_of(key)
@@ -158,11 +176,17 @@ class Node:
     # --- lifetime ---------------------------------------------------------------------------
 
     def check_dirs(self) -> None:
-        """Refuse to start, saying what to fix, unless directories and secret are usable."""
+        """Refuse to start, saying what to fix, unless directories and identity are usable."""
         try:
-            self.secret = load_secret(self.config.secret_file)
-        except SecretError as e:
+            self.identity = load_identity(self.config.identity_file)
+        except IdentityError as e:
             raise StartupError(str(e)) from None
+        listed = self.config.peers.get(self.node)
+        if listed is not None and listed != self.identity.public:
+            raise StartupError(
+                f"[peers] lists another public key for this node ({self.node}) than "
+                f"identity_file {self.config.identity_file} holds ({self.identity.public}): "
+                "fix the [peers] line on every host, or use the right identity_file")
         rt, sd = self.config.runtimes_dir, self.config.state_dir
         if not rt.is_dir():
             raise StartupError(f"runtimes_dir {rt} does not exist or is not a directory "
@@ -175,14 +199,14 @@ class Node:
             raise StartupError(f"state_dir {sd} cannot be created: {e.strerror}") from None
         if not os.access(sd, os.R_OK | os.W_OK | os.X_OK):
             raise StartupError(f"state_dir {sd} is not readable and writable by this user")
+        try:
+            self.epoch = next_epoch(sd)
+        except (OSError, ValueError) as e:
+            raise StartupError(f"cannot count up this run's epoch in {sd}: {e}") from None
 
     async def run(self, ready: Callable[[], None] | None = None) -> None:
         """Run until `stop()`; `ready` is called once replicas are loaded and the link is up."""
         self.check_dirs()
-        try:
-            self.retired = retire.load(self.state_dir)
-        except ValueError as e:
-            log.error("%s; retired nodes are forgotten until `syncd forget` runs again", e)
         self._discover()
         if self.config.watch:
             self._watcher.start()
@@ -260,14 +284,18 @@ class Node:
         Identity and wiring (node, directories, broker) need a restart; they are kept as they
         were, the log says so, and their names are returned.
         """
-        fixed = ("node", "runtimes_dir", "state_dir", "mqtt")
+        fixed = ("node", "runtimes_dir", "state_dir", "mqtt", "identity_file")
         changed = [name for name in fixed if getattr(config, name) != getattr(self.config, name)]
         if changed:
             log.warning("reload: %s changed; that takes a restart (keeping the running values)",
                         ", ".join(changed))
             config = dataclasses.replace(config, **{n: getattr(self.config, n) for n in fixed})
+        removed = set(self.config.peers) - set(config.peers)
         self.config = config
+        for node in sorted(removed):
+            self._unlist(node)
         self.chunk_bytes = config.chunk_bytes
+        self._outbox.limit = config.chunk_bytes
         self.fetch_window = config.fetch_window_bytes
         self.request_timeout = config.request_timeout
         self.persist_interval = config.persist_interval
@@ -328,9 +356,10 @@ class Node:
     async def _after_load(self, r: Replica) -> None:
         await r.loaded.wait()
         self.telemetry.baseline(r.key, r.file, r.machine.position.size)
-        # Divergences recorded before a restart may name a node retired since.
-        for node in list(self.retired.nodes):
-            r.forget_peer(node)
+        # Divergences recorded before a restart may name a node removed from [peers] since.
+        for node in set(r.machine.peers) | set(r.machine.diverged):
+            if node not in self.config.peers:
+                r.forget_peer(node)
 
     def _discover(self, force: bool = False) -> None:
         # A new key directory changes the runtimes directory's mtime: skip the listing when
@@ -390,79 +419,92 @@ class Node:
         if not payload:
             return  # a retained message being cleared (`syncd forget`): says nothing
         try:
-            t = frames.parse_topic(self._prefix, topic)
-            if t.sender == self.node:
-                return  # our own live bytes and retained positions echo back: not news
-            if t.kind is not Kind.NODE and t.sender in self.retired:
-                return  # a retired node's frames no longer count (see retire.py)
-            stamp, body = frames.decode(t.kind, payload, max(self.chunk_bytes, 16 << 20),
-                                        self.secret, topic)
+            route = frames.parse_topic(self._prefix, topic)
         except FrameError as e:
             self._reject(topic, str(e))
             return
-        stale = self._guard.check(t.kind, t.sender, t.key, t.file, stamp)
-        if stale is not None:
-            self._reject(topic, stale, t.sender)
+        if route.sender == self._level:
+            return  # our own batches and retained positions echo back: not news
+        if route.channel is Channel.TO and route.to != self._level:
             return
-        self.telemetry.count("received", t.kind.value, len(payload))
-        if t.kind is Kind.NODE:
-            assert isinstance(body, frames.Presence)
-            seen = self.retired.on_presence(t.sender, body.online, body.retired, stamp.ts)
-            if seen is Seen.RETIRE:
-                self._forget(t.sender, stamp.ts)
-                return
-            if seen is Seen.IGNORE:
-                return
-            if seen is Seen.RETURN:
-                self.retired.back(t.sender)
-                self._save_retired()
-                log.warning("retired node %s is back (a fresh presence): replicating with it "
-                            "again", t.sender, extra={"peer": t.sender})
-            was = self.presence.get(t.sender)
-            self.presence[t.sender] = body.online
-            if was != body.online:
-                self.presence_since[t.sender] = time.time()
-                log.info("peer %s is %s", t.sender, "online" if body.online else "offline",
-                         extra={"peer": t.sender})
-                for each in self.replicas.values():
-                    each.deliver(PeerOnline(t.sender, body.online))
+        listed = self._listed.get(route.sender)
+        if listed is None:
+            name = frames.name_of_level(route.sender) or route.sender
+            self._reject(topic, f"from {name!r}, a node not listed in [peers]", route.sender)
             return
-        event = _event(t.kind, t.sender, body)
-        replica = self._replica(t.key, t.file) if event is not None else None
-        if replica is not None and event is not None:
-            if t.kind is Kind.LIVE and replica.machine.frozen is None:
-                assert isinstance(body, frames.Data)
-                self.telemetry.expect(t.key, t.file, t.sender, body.end, stamp.ts,
-                                      replica.machine.position.size)
-            replica.deliver(event)
+        sender, key = listed
+        try:
+            frame = frames.decode(route, payload, sender, max(self.chunk_bytes, 16 << 20), key,
+                                  topic)
+        except FrameError as e:
+            self._reject(topic, str(e), route.sender)
+            return
+        verdict = self._guard.check(route.channel, topic, frame)
+        if verdict.reason is not None:
+            self._reject(topic, verdict.reason, route.sender)
+            return
+        if verdict.online is not None:
+            self._presence_changed(sender, verdict.online)
+        for item in frame.items:
+            self.telemetry.count("received", item.kind.value, item.size)
+            self._deliver(sender, frame, item)
 
-    def _forget(self, node: str, ts: int) -> None:
-        """A retirement notice: drop `node` from presence, every file and the metrics."""
-        self.retired.retire(node, ts)
-        self._save_retired()
+    def _deliver(self, sender: str, frame: frames.Frame, item: frames.Item) -> None:
+        event = _event(item.kind, sender, item.payload)
+        if event is None:
+            return
+        replica = self._replica(item.key, item.file)
+        if replica is None:
+            return
+        if item.kind is Kind.LIVE and replica.machine.frozen is None:
+            assert isinstance(item.payload, frames.Data)
+            self.telemetry.expect(item.key, item.file, sender, item.payload.end, frame.ts,
+                                  replica.machine.position.size)
+        replica.deliver(event)
+
+    @property
+    def _listed(self) -> dict[str, tuple[str, Any]]:
+        """Topic level -> (node, public key) of every peer in [peers] but us."""
+        config = self.config
+        if self._listed_for is not config:
+            self._listed_cache = {frames.level(n): (n, k) for n, k in config.peer_keys().items()
+                                  if n != self.node}
+            self._listed_for = config
+        return self._listed_cache
+
+    def _presence_changed(self, node: str, online: bool) -> None:
+        if self.presence.get(node) == online:
+            return
+        self.presence[node] = online
+        self.presence_since[node] = time.time()
+        log.info("peer %s is %s", node, "online" if online else "offline",
+                 extra={"peer": node})
+        for each in self.replicas.values():
+            each.deliver(PeerOnline(node, online))
+
+    def _unlist(self, node: str) -> None:
+        """A node removed from [peers]: drop it from presence, every file and the metrics."""
         self.presence.pop(node, None)
+        self.presence_since.pop(node, None)
         self.telemetry.forget(node)
         for r in self.replicas.values():
             if r.loaded.is_set():  # else _after_load does it
                 r.forget_peer(node)
-        log.warning("node %s was retired (syncd forget): dropped from status and metrics",
-                    node, extra={"peer": node})
-
-    def _save_retired(self) -> None:
-        try:
-            retire.save(self.state_dir, self.retired)
-        except OSError as e:
-            log.error("cannot record retired nodes in %s: %s", self.state_dir, e)
+        log.warning("node %s is no longer in [peers]: dropped from status and metrics, its "
+                    "frames are refused", node, extra={"peer": node})
 
     def _reject(self, topic: str, reason: str, sender: str | None = None) -> None:
         self.rejected += 1
         self.telemetry.reject(reason)
         now = time.monotonic()
-        # One line per 10 s at most: a hostile client must not flood the log.
-        if now - self._last_reject_log >= 10:
-            self._last_reject_log = now
+        # One line per sender per minute at most: a hostile client must not flood the log.
+        who = sender or ""
+        if now - self._last_reject_log.get(who, -60.0) >= 60:
+            if len(self._last_reject_log) > 1000:
+                self._last_reject_log.clear()
+            self._last_reject_log[who] = now
             log.warning("rejected frame on %r: %s (%d rejected so far)", topic[:200], reason,
-                        self.rejected, extra={"peer": sender} if sender else None)
+                        self.rejected)
 
     # --- control socket ---------------------------------------------------------------------
 

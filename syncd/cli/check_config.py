@@ -1,11 +1,11 @@
 """`syncd check-config`: is this config usable? Checked without starting or changing anything.
 
 Beyond what loading checks (syntax, keys, values), it looks at what `syncd run` will need:
-runtimes_dir readable and writable, state_dir writable or creatable, the secret, password and
-TLS files readable and well-formed. Permissions are those of the user running the check, so
-run it as the service's user. With --broker it also connects and sends probes (brokercheck.py).
-Exit 0 usable, 1 the broker check failed, 2 the config is not usable (every problem on its own
-line).
+runtimes_dir readable and writable, state_dir writable or creatable, the identity file private
+and matching [peers], the password and TLS files readable and well-formed. Permissions are
+those of the user running the check, so run it as the service's user. With --broker it also
+connects and sends probes (brokercheck.py). Exit 0 usable, 1 the broker check failed, 2 the
+config is not usable (every problem on its own line).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import click
 from syncd import brokercheck, tls
 from syncd.cli.common import config_option
 from syncd.config import Config, ConfigError, _line_of, load_config
-from syncd.secret import SecretError, load_secret
+from syncd.identity import IdentityError, load_identity
 
 EXIT_OK = 0
 EXIT_BROKER = 1
@@ -63,16 +63,29 @@ def problems(config: Config) -> list[str]:
     state = _state_dir_problem(config.state_dir)
     if state:
         found.append(f"state_dir: {state}")
-    try:
-        load_secret(config.secret_file)
-    except SecretError as e:
-        found.append(str(e))
+    found.extend(identity_problems(config))
     for check in (config.password, lambda: tls.client_context(config.mqtt)):
         try:
             check()
         except ConfigError as e:
             found.append(str(e))
     return found
+
+
+def identity_problems(config: Config) -> list[str]:
+    """The host's key is usable, [peers] lists somebody, and lists this host's key right."""
+    try:
+        identity = load_identity(config.identity_file)
+    except IdentityError as e:
+        return [str(e)]
+    listed = config.peers.get(config.node)
+    if listed is not None and listed != identity.public:
+        return [f"peers: lists another public key for {config.node} than identity_file "
+                f"{config.identity_file} holds ({identity.public})"]
+    if not set(config.peers) - {config.node}:
+        return ["peers: lists no other host: add one line per host, node = \"<public key>\" "
+                "(syncd keygen prints each host's line)"]
+    return []
 
 
 def located(message: str, source: Path) -> str:
@@ -110,7 +123,7 @@ def command(config_path: Path, broker: bool, timeout: float) -> None:
       0  `syncd run` could start with it (and, with --broker, the broker carries its traffic)
       1  --broker: the broker check failed; the message starts with the cause:
          unreachable, credentials, tls, subscribe, acl, packet_limit or retained
-      2  the config or a path, secret, password or TLS file it names is not usable
+      2  the config or a path, identity, password or TLS file it names is not usable
     """
     try:
         config = load_config(config_path)
@@ -124,6 +137,9 @@ def command(config_path: Path, broker: bool, timeout: float) -> None:
         sys.exit(EXIT_UNUSABLE)
     click.echo(f"config OK: node {config.node}, {keys_found(config)} keys found under "
                f"{config.runtimes_dir}")
+    if config.secret_file is not None:
+        click.echo(f"note: secret_file is no longer used (frames are signed with each host's "
+                   f"identity_file since protocol 3); remove it from {config_path}", err=True)
     if broker:
         try:
             passed = asyncio.run(brokercheck.check(config, timeout))
