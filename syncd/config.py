@@ -50,6 +50,7 @@ ROLES = ("symmetric", "source", "replica")
 class KeyConfig:
     files: tuple[str, ...]
     role: str = "symmetric"
+    writers: tuple[str, ...] | None = None  # None: every listed host
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,11 @@ class Config:
         k = self.keys.get(key)
         return k.role if k else self.role
 
+    def may_write(self, key: str, node: str) -> bool:
+        """Whether bytes (and positions) of `node` count for `key`: its `writers`, if set."""
+        k = self.keys.get(key)
+        return k is None or k.writers is None or node in k.writers
+
     def key_files(self, key: str) -> list[Path]:
         """Existing files of a key under runtimes_dir (for the offline commands)."""
         d = self.runtimes_dir / key
@@ -131,7 +137,7 @@ _MQTT = {
     "host", "port", "topic_prefix", "client_id", "username", "password_file", "keepalive",
     "reconnect_min", "reconnect_max", "tls", "tls_ca_file", "tls_cert_file", "tls_key_file",
 }
-_KEY = {"files", "role"}
+_KEY = {"files", "role", "writers"}
 _PREFIX = re.compile(r"[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*")
 _LISTEN = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):(\d{1,5})")
 
@@ -313,7 +319,14 @@ def parse_config(data: dict[str, Any], path: Path, text: str = "") -> Config:
         for f in key_files:
             if not is_valid_name(f):
                 raise k.error("files", f"{f!r} is not a plain file name")
-        keys[name] = KeyConfig(files=key_files, role=k.choice("role", role, ROLES))
+        writers = None
+        if "writers" in table:
+            writers = k.globs("writers", ())
+            for w in writers:
+                if not is_valid_name(w):
+                    raise k.error("writers", f"{w!r} is not a node name")
+        keys[name] = KeyConfig(files=key_files, role=k.choice("role", role, ROLES),
+                               writers=writers)
 
     chunk = top.integer("chunk_bytes", 256 * 1024, 4096, 16 * 1024 * 1024)
     return Config(

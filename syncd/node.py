@@ -70,6 +70,9 @@ def _event(kind: Kind, sender: str, body: frames.Payload) -> Event | None:
     return None
 
 
+_CLAIMS = {Kind.POS, Kind.LIVE, Kind.FILL}
+
+
 class StartupError(SyncdError):
     """The daemon cannot start (directories, permissions); the message says what to fix."""
 
@@ -452,6 +455,13 @@ class Node:
     def _deliver(self, sender: str, frame: frames.Frame, item: frames.Item) -> None:
         event = _event(item.kind, sender, item.payload)
         if event is None:
+            return
+        if item.kind in _CLAIMS and not self.config.may_write(item.key, sender):
+            # The key's `writers` do not include the sender: its positions (which would make
+            # us fetch from it) do not count here, and bytes it sends are refused.
+            if item.kind is not Kind.POS:
+                self._reject(f"{item.key}/{item.file}", f"{sender} is not among the writers "
+                             f"of {item.key}", frames.level(sender))
             return
         replica = self._replica(item.key, item.file)
         if replica is None:

@@ -29,7 +29,7 @@ BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.
 MAX_PENDING = 4096  # live frames awaiting durability, per file (older ones are not observed)
 MAX_GROWTH = 4096  # growth points kept per file for lag in seconds (then merged pairwise)
 
-REJECT_REASONS = ("auth", "unlisted", "malformed", "too_large", "topic", "replay")
+REJECT_REASONS = ("auth", "unlisted", "writers", "malformed", "too_large", "topic", "replay")
 
 
 def reject_reason(message: str) -> str:
@@ -39,6 +39,8 @@ def reject_reason(message: str) -> str:
         return "auth"
     if "not listed in [peers]" in text:
         return "unlisted"
+    if "not among the writers" in text:
+        return "writers"
     if "exceeds" in text:
         return "too_large"
     if "topic" in text or "invalid name" in text:
