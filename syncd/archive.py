@@ -1,7 +1,10 @@
 """Moving a losing copy aside: nothing syncd replaces is ever deleted.
 
     <state_dir>/archive/<key>/<UTC time>-<file>                 the copy, bit for bit
-    <state_dir>/archive/<key>/<UTC time>-<file>.manifest.json   node, size, sha256, reason, ...
+    <state_dir>/archive/<key>/<UTC time>-<file>.manifest.json   node, key, size, sha256, ...
+
+`<key>` is the key percent-encoded into one directory name (statepath.py):
+`archive/onebot_123%2Fgroup_456/`; a flat key such as `bot-1` is its own encoding.
 
 Names are never reused (a numeric suffix is added), and the copy is linked or written with
 O_EXCL, so an existing archive can never be overwritten.
@@ -19,13 +22,13 @@ from typing import Any
 
 import orjson
 
-from syncd import store
+from syncd import statepath, store
 
 
 def archive_copy(state_dir: Path, node: str, key: str, file: str, path: Path,
                  manifest: dict[str, Any]) -> Path:
     """Move `path` (if it exists) into the archive with a manifest; return the archive path."""
-    folder = state_dir / "archive" / key
+    folder = statepath.key_dir(state_dir / "archive", key)
     folder.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     exists = path.exists()

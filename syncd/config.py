@@ -13,7 +13,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from syncd.errors import SyncdError
 from syncd.identity import parse_public
-from syncd.names import is_valid_name
+from syncd.names import is_valid_name, key_problem, part_problem, printable
+from syncd.roots import Layout, RootSpec
 
 
 class ConfigError(SyncdError):
@@ -56,7 +57,7 @@ class KeyConfig:
 @dataclass(frozen=True)
 class Config:
     node: str
-    runtimes_dir: Path
+    roots: Layout  # runtimes_dir and [roots]: where instances live, and how keys name them
     state_dir: Path
     identity_file: Path
     mqtt: MqttConfig
@@ -79,8 +80,12 @@ class Config:
     source: Path | None = None
 
     def wants_key(self, key: str) -> bool:
-        """Whether an instance directory name is a key this node replicates."""
-        if not is_valid_name(key):
+        """Whether this node replicates instance `key` (`onebot_123/group_456`).
+
+        include/exclude are matched against the whole key with fnmatch: `*` and `?` match `/`
+        too, so `onebot_123/*` is every channel of that bot and `*` every key.
+        """
+        if key_problem(key) is not None:
             return False
         if key in self.keys:
             return True
@@ -102,15 +107,22 @@ class Config:
         """Whether bytes (and positions) of `node` count for `key`: its `writers`, if set."""
         k = self.keys.get(key)
         return k is None or k.writers is None or node in k.writers
+    def key_dir(self, key: str) -> Path:
+        """The directory of instance `key`: the one mapping from keys to paths (roots.py).
+        Raises KeyPathError (a ValueError) saying why when `key` names none."""
+        return self.roots.folder(key)
 
     def key_files(self, key: str) -> list[Path]:
-        """Existing files of a key under runtimes_dir (for the offline commands)."""
-        d = self.runtimes_dir / key
+        """Existing files of a key under its root (for the offline commands)."""
+        d = self.key_dir(key)
         return [d / f for f in self.files_of(key) if (d / f).is_file()]
 
     def peer_keys(self) -> dict[str, Ed25519PublicKey]:
         """[peers] parsed (every entry was checked when the config was read)."""
         return {node: parse_public(text) for node, text in self.peers.items()}
+    def all_files(self) -> frozenset[str]:
+        """Every configured file name, of any key."""
+        return frozenset(self.files).union(*(k.files for k in self.keys.values()))
 
     @property
     def client_id(self) -> str:
@@ -131,7 +143,7 @@ _TOP = {
     "include", "exclude",
     "chunk_bytes", "fetch_window_bytes", "sweep_interval", "scrub_bytes_per_second",
     "scrub_interval", "persist_interval", "request_timeout", "mqtt", "keys", "role", "watch",
-    "metrics",
+    "metrics", "roots",
 }
 _MQTT = {
     "host", "port", "topic_prefix", "client_id", "username", "password_file", "keepalive",
@@ -256,9 +268,9 @@ def parse_config(data: dict[str, Any], path: Path, text: str = "") -> Config:
     assert node is not None
     if not is_valid_name(node):
         raise top.error("node", "use letters, digits, '.', '_' or '-' (at most 128)")
-    runtimes_dir = top.path_("runtimes_dir", base, required=True)
+    roots = _roots(top, _Reader(path, text, data.get("roots", {}), "roots"), base)
     state_dir = top.path_("state_dir", base, required=True)
-    assert runtimes_dir is not None and state_dir is not None
+    assert state_dir is not None
     # Default: in state_dir, which the service's user owns (the config's directory is not
     # writable by it), so `sudo -u syncd syncd keygen` can create it.
     identity_file = top.path_("identity_file", base) or state_dir / "identity.key"
@@ -302,23 +314,24 @@ def parse_config(data: dict[str, Any], path: Path, text: str = "") -> Config:
     files = top.globs("files", ("events.jsonl",))
     role = top.choice("role", "symmetric", ROLES)
     for f in files:
-        if not is_valid_name(f):
-            raise top.error("files", f"{f!r} is not a plain file name inside the key directory")
+        if (problem := part_problem(f)) is not None:
+            raise top.error("files", f"'{printable(f)}' is not a plain file name inside the key "
+                                     f"directory: {problem}")
     keys_table = data.get("keys", {})
     if not isinstance(keys_table, dict):
         raise top.error("keys", "must be a table of tables ([keys.<name>])")
     keys: dict[str, KeyConfig] = {}
     for name, table in keys_table.items():
-        if not is_valid_name(name):
-            raise top.error("keys", f"{name!r} is not a valid instance key")
+        if (problem := roots.shape_problem(name)) is not None:
+            raise top.error("keys", f"'{printable(name)}' is not a valid instance key: {problem}")
         if not isinstance(table, dict):
             raise top.error("keys", f"keys.{name} must be a table")
         k = _Reader(path, text, table, f"keys.{name}")
         k.check_known(_KEY)
         key_files = k.globs("files", files)
         for f in key_files:
-            if not is_valid_name(f):
-                raise k.error("files", f"{f!r} is not a plain file name")
+            if (problem := part_problem(f)) is not None:
+                raise k.error("files", f"'{printable(f)}' is not a plain file name: {problem}")
         writers = None
         if "writers" in table:
             writers = k.globs("writers", ())
@@ -331,7 +344,7 @@ def parse_config(data: dict[str, Any], path: Path, text: str = "") -> Config:
     chunk = top.integer("chunk_bytes", 256 * 1024, 4096, 16 * 1024 * 1024)
     return Config(
         node=node,
-        runtimes_dir=runtimes_dir,
+        roots=roots,
         state_dir=state_dir,
         identity_file=identity_file,
         peers=peers,
@@ -373,6 +386,60 @@ def _peers(top: _Reader, table: Any, p: _Reader) -> dict[str, str]:
             raise p.error(node, f"not a public key: {e}") from None
         peers[node] = text.strip()
     return peers
+def _roots(top: _Reader, table: _Reader, base: Path) -> Layout:
+    """runtimes_dir (a path, a glob, or a list of them) and [roots] (name = path): see roots.py
+    for how each names its keys."""
+    raw = top.table.get("runtimes_dir")
+    if raw is None and "roots" not in top.table:
+        raise top.error("runtimes_dir", "is required (or name the roots in a [roots] table)")
+    specs: list[RootSpec] = []
+    listed = isinstance(raw, list)
+    if raw is not None:
+        entries = raw if isinstance(raw, list) else [raw]
+        if not entries or not all(isinstance(e, str) and e for e in entries):
+            raise top.error("runtimes_dir", "must be a path, a glob with one '*' (a root per "
+                                            "match), or a non-empty list of them")
+        for entry in entries:
+            spec = RootSpec(_absolute(entry, base))
+            if (problem := spec.problem()) is not None:
+                raise top.error("runtimes_dir", f"{entry!r}: {problem}")
+            if listed and not spec.is_glob:
+                # In a list every root prefixes its keys; a plain path by its own name.
+                spec = RootSpec(spec.pattern, spec.pattern.name)
+                if (bad := part_problem(spec.pattern.name)) is not None:
+                    raise top.error("runtimes_dir", f"{entry!r}: its last component cannot "
+                                                    f"name a root: {bad}")
+            specs.append(spec)
+    if not isinstance(table.table, dict):
+        raise top.error("roots", "must be a table ([roots], one name = \"path\" per root)")
+    for name, value in table.table.items():
+        if not isinstance(value, str) or not value:
+            raise table.error(name, "must be the path of a directory")
+        if "*" in value:
+            raise table.error(name, "a [roots] entry is one directory (for a glob, use "
+                                    "runtimes_dir)")
+        if (problem := part_problem(name)) is not None:
+            raise table.error(name, f"'{printable(name)}' cannot name a root: {problem}")
+        specs.append(RootSpec(_absolute(value, base), name, in_table=True))
+    names = [s.name for s in specs if s.name is not None]
+    for name in names:
+        if names.count(name) > 1:
+            raise top.error("roots" if name in table.table else "runtimes_dir",
+                            f"two roots are named {name!r}: keys would collide (name them "
+                            "in [roots])")
+    patterns = [s.pattern for s in specs]
+    for p in patterns:
+        if patterns.count(p) > 1:
+            raise top.error("runtimes_dir", f"{p} is listed twice")
+    if not specs:
+        raise top.error("roots", "names no root")
+    prefixed = not (isinstance(raw, str) and len(specs) == 1 and not specs[0].is_glob)
+    return Layout(tuple(specs), prefixed)
+
+
+def _absolute(value: str, base: Path) -> Path:
+    p = Path(value).expanduser()
+    return p if p.is_absolute() else (base / p)
 
 
 def _metrics(top: _Reader, m: _Reader) -> MetricsConfig:

@@ -95,11 +95,16 @@ def families(status: Status) -> list[Metric]:
         for (what, unit), family in counters.items():
             if f"{what}_{unit}" in f:
                 family.add_metric(labels, f[f"{what}_{unit}"])
+    unreplicated = GaugeMetricFamily(
+        "syncd_unreplicated_directories",
+        "directories that would be instances but cannot be replicated (syncd status says why)")
+    unreplicated.add_metric([], len(status.get("skipped", [])))
     build = GaugeMetricFamily("syncd_build_info", "always 1; the labels say what runs",
                               labels=["version", "python"])
     build.add_metric([__version__, platform.python_version()], 1)
-    return [build, connected, reconnects, rejected, online, by_state, diverged, size, ready,
-            behind, lag, lag_s, *counters.values(), *traffic(status.get("telemetry", {}))]
+    return [build, connected, reconnects, rejected, online, by_state, diverged, unreplicated,
+            size, ready, behind, lag, lag_s, *counters.values(),
+            *traffic(status.get("telemetry", {}))]
 
 
 def traffic(t: Mapping[str, Any]) -> list[Metric]:

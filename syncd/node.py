@@ -1,5 +1,8 @@
 """The daemon: finds instance keys, owns their replicas, and wires watcher, sweep and link.
 
+Instances are found by discovery.py (the sweep, and at once on a watcher hint about a path
+that is not a known replica's file); every key becomes a path through Config.key_dir only.
+
 It routes, it does not decide: frames go to the replica of their (key, file), filesystem hints
 to the replica of their path. It also answers the control socket (`syncd status`).
 """
@@ -21,6 +24,7 @@ import orjson
 
 from syncd import frames, logs
 from syncd.config import Config, ConfigError, load_config
+from syncd.discovery import Scanner, Skipped, linked_component, root_problems
 from syncd.epoch import next_epoch
 from syncd.errors import SyncdError
 from syncd.events import (
@@ -39,9 +43,11 @@ from syncd.groupsync import GroupSync
 from syncd.identity import Identity, IdentityError, load_identity
 from syncd.link import Link
 from syncd.machine import Tuning
+from syncd.names import printable
 from syncd.outbox import Outbox
 from syncd.persist import RecordStore
 from syncd.replica import Replica
+from syncd.roots import MAX_DEPTH, KeyPathError
 from syncd.scrub import scrub_forever
 from syncd.telemetry import Telemetry
 from syncd.watcher import Watcher
@@ -50,6 +56,7 @@ log = logging.getLogger("syncd.node")
 
 SOCKET_NAME = "syncd.sock"
 ADOPT_STALL_SECONDS = 60
+REFUSED_SHOWN = 100  # keys refused (a peer's may be many): status and log name this many
 
 
 def _event(kind: Kind, sender: str, body: frames.Payload) -> Event | None:
@@ -96,8 +103,11 @@ class Node:
         self.presence_since: dict[str, float] = {}
         self._connected_at: float | None = None  # wall time of the last broker connection
         self.rejected = 0
-        self._refused_keys: set[str] = set()
-        self._listed_mtime: int | None = None
+        self._refused: dict[str, str] = {}  # key -> why it cannot be replicated here
+        self._scanner = self._new_scanner(config)
+        self.skipped: list[Skipped] = []  # directories found that cannot be replicated
+        self._skips_logged: set[tuple[str, str]] = set()
+        self._discover_pending = False
         self._last_reject_log: dict[str, float] = {}  # sender level ("" for none) -> when
         self._listed_for: Config | None = None
         self._listed_cache: dict[str, tuple[str, Any]] = {}
@@ -109,7 +119,7 @@ class Node:
         self._guard = ReplayGuard()
         self.link = Link(config, self._on_message, self._on_connected, self.seal_presence)
         self._outbox = Outbox(self._publish_batch, config.chunk_bytes)
-        self._watcher = Watcher(config.runtimes_dir, self._on_hint)
+        self._watcher = Watcher(config.roots.watch_dirs(), self._on_hint)
         self._stop = asyncio.Event()
         self._durable_hooks: list[Callable[[str, str, int], None]] = []
         self.started = time.time()
@@ -190,12 +200,10 @@ class Node:
                 f"[peers] lists another public key for this node ({self.node}) than "
                 f"identity_file {self.config.identity_file} holds ({self.identity.public}): "
                 "fix the [peers] line on every host, or use the right identity_file")
-        rt, sd = self.config.runtimes_dir, self.config.state_dir
-        if not rt.is_dir():
-            raise StartupError(f"runtimes_dir {rt} does not exist or is not a directory "
-                               "(create it, or fix runtimes_dir in the config)")
-        if not os.access(rt, os.R_OK | os.W_OK | os.X_OK):
-            raise StartupError(f"runtimes_dir {rt} is not readable and writable by this user")
+        for where, problem in root_problems(self.config.roots, "this user"):
+            fix = "create it, or fix" if "does not exist" in problem else "grant access, or fix"
+            raise StartupError(f"{where} {problem} ({fix} {where} in the config)")
+        sd = self.config.state_dir
         try:
             sd.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -224,7 +232,7 @@ class Node:
         server = await asyncio.start_unix_server(self._serve_control, self.socket_path)
         os.chmod(self.socket_path, 0o660)
         log.info("node %s watching %s (%d files), state in %s", self.node,
-                 self.config.runtimes_dir, len(self.replicas), self.config.state_dir)
+                 self.config.roots.describe(), len(self.replicas), self.config.state_dir)
         try:
             stop = asyncio.create_task(self._stop.wait())
             if ready is not None:
@@ -287,7 +295,7 @@ class Node:
         Identity and wiring (node, directories, broker) need a restart; they are kept as they
         were, the log says so, and their names are returned.
         """
-        fixed = ("node", "runtimes_dir", "state_dir", "mqtt", "identity_file")
+        fixed = ("node", "roots", "state_dir", "mqtt", "identity_file")
         changed = [name for name in fixed if getattr(config, name) != getattr(self.config, name)]
         if changed:
             log.warning("reload: %s changed; that takes a restart (keeping the running values)",
@@ -314,6 +322,8 @@ class Node:
                              config.role_of(key))
                     r.set_role(config.role_of(key))
         before = len(self.replicas)
+        self._refused.clear()
+        self._scanner = self._new_scanner(config)
         self._discover(force=True)
         log.info("reload: configuration applied (%d files, %d new)", len(self.replicas),
                  len(self.replicas) - before)
@@ -335,13 +345,17 @@ class Node:
         if r is None:
             if not self.config.wants_key(key) or file not in self.config.files_of(key):
                 return None
-            folder = self.config.runtimes_dir / key
-            if folder.is_symlink():
-                # A key must be a directory of its own under runtimes_dir, not a way out of it.
-                if key not in self._refused_keys:
-                    self._refused_keys.add(key)
-                    log.error("%s is a symbolic link; key %s is not replicated", folder, key)
+            try:
+                root, parts = self.config.roots.locate(key)
+            except KeyPathError as e:
+                self._refuse(key, e.reason)
                 return None
+            linked = linked_component(root.path, parts)
+            if linked is not None:
+                # A key must be a directory of its own under its root, not a way out of it.
+                self._refuse(key, f"{printable(str(linked))} is a symbolic link (not followed)")
+                return None
+            folder = self.config.key_dir(key)
             r = Replica(self, key, file, folder / file)
             self.replicas[(key, file)] = r
             # The replica's task inherits this context: its log lines carry key and file as
@@ -364,44 +378,74 @@ class Node:
             if node not in self.config.peers:
                 r.forget_peer(node)
 
+    def _refuse(self, key: str, reason: str) -> None:
+        """A key this node was asked to replicate (found here, or a peer's) that it cannot:
+        logged once, and listed by status (the first REFUSED_SHOWN of them)."""
+        if key not in self._refused and len(self._refused) < REFUSED_SHOWN:
+            self._refused[key] = reason
+            log.error("key %s is not replicated: %s", printable(key), reason)
+
+    @staticmethod
+    def _new_scanner(config: Config) -> Scanner:
+        return Scanner(config.roots, config.files_of, config.all_files())
+
     def _discover(self, force: bool = False) -> None:
-        # A new key directory changes the runtimes directory's mtime: skip the listing when
-        # it has not (the sweep calls this every second).
-        try:
-            mtime = self.config.runtimes_dir.stat().st_mtime_ns
-        except OSError:
-            mtime = None
-        if not force and mtime is not None and mtime == self._listed_mtime:
+        """Find new instances (the sweep calls this every second: directories that did not
+        change since the last scan are not listed again, see discovery.py)."""
+        scan = self._scanner.scan()
+        self.skipped = scan.skipped
+        for s in scan.skipped:
+            if (str(s.folder), s.reason) not in self._skips_logged:
+                self._skips_logged.add((str(s.folder), s.reason))
+                log.error("%s: key %s is not replicated: %s", printable(str(s.folder)),
+                          s.key or "-", s.reason)
+        if not scan.changed and not force:
             return
-        self._listed_mtime = mtime
-        try:
-            entries = list(os.scandir(self.config.runtimes_dir))
-        except OSError as e:
-            log.error("cannot list runtimes_dir %s: %s", self.config.runtimes_dir, e.strerror)
-            return
-        for entry in entries:
-            if entry.is_dir(follow_symlinks=False) and self.config.wants_key(entry.name):
-                for file in self.config.files_of(entry.name):
-                    self._replica(entry.name, file)
+        for found in scan.instances:
+            if self.config.wants_key(found.key):
+                for file in self.config.files_of(found.key):
+                    self._replica(found.key, file)
+
+    def _discover_soon(self) -> None:
+        """Discover at the next turn of the loop: a burst of hints costs one scan."""
+        if not self._discover_pending:
+            self._discover_pending = True
+            asyncio.get_running_loop().call_soon(self._discover_hinted)
+
+    def _discover_hinted(self) -> None:
+        self._discover_pending = False
+        self._discover()
 
     def _on_hint(self, path: str, gone: bool = False) -> None:
-        try:
-            rel = Path(path).relative_to(self.config.runtimes_dir)
-        except ValueError:
+        roots = self.config.roots
+        place = roots.place(Path(path))
+        if place is None:
             return
-        parts = rel.parts
-        if len(parts) == 1:
-            if self.config.wants_key(parts[0]):
-                for file in self.config.files_of(parts[0]):
-                    r = self._replica(parts[0], file)
-                    if r is not None:
-                        r.hint_local()
-        elif len(parts) == 2:
-            found = self.replicas.get((parts[0], parts[1]))
-            if found is None and Path(path).is_file():
-                found = self._replica(parts[0], parts[1])
+        if place.root is None or not place.parts:
+            self._discover_soon()  # at or above a root: a root may have come or gone
+            return
+        root, parts = place.root, place.parts
+        if len(parts) >= 2:
+            found = self.replicas.get((roots.key_of(root, parts[:-1]), parts[-1]))
             if found is not None:
                 found.hint_local(replaced=gone)
+                return
+        for depth in range(1, min(len(parts), MAX_DEPTH) + 1):
+            if root.path.joinpath(*parts[:depth]) in self._scanner.leaves:
+                if depth == len(parts):  # an instance's directory itself (moved, deleted)
+                    self._hint_below(root.path.joinpath(*parts), gone)
+                return  # inside an instance: resources/, workspace/, ... are no instances
+        if len(parts) > MAX_DEPTH + 1:
+            return  # below the depth where instances are looked for
+        if gone:
+            self._hint_below(root.path.joinpath(*parts), gone)
+        self._discover_soon()
+
+    def _hint_below(self, folder: Path, gone: bool) -> None:
+        """A directory moved or deleted: look again at every replica below it."""
+        for r in self.replicas.values():
+            if r.path.is_relative_to(folder):
+                r.hint_local(replaced=gone)
 
     async def _sweep_forever(self) -> None:
         # The safety net under the watcher: inotify can merge or drop events.
@@ -520,6 +564,9 @@ class Node:
 
     def status(self) -> dict[str, Any]:
         files = [r.status() for _, r in sorted(self.replicas.items())]
+        skipped = [s.to_json() for s in self.skipped]
+        skipped += [{"key": printable(k), "path": None, "reason": why}
+                    for k, why in sorted(self._refused.items())]
         ready = sum(1 for f in files if f["ready"])
         now = time.monotonic()
         for f in files:
@@ -540,6 +587,9 @@ class Node:
             "rejected_frames": self.rejected,
             "uptime_s": round(time.time() - self.started, 1),
             "files": files,
+            # Directories that would be instances but cannot be replicated: `syncd status`
+            # shows each as state "error" with its reason.
+            "skipped": skipped,
         }
 
     async def _serve_control(self, reader: asyncio.StreamReader,

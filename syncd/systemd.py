@@ -100,6 +100,9 @@ def summary(status: Mapping[str, Any]) -> str:
     for rare in ("reset", "paused", "error", "verifying"):
         if rare in states:
             parts.append(f"{states.count(rare)} {rare}")
+    if skipped := len(status.get("skipped", [])):  # directories that cannot be replicated
+        parts.append(f"{skipped} {'directory' if skipped == 1 else 'directories'} not "
+                     "replicated")
     parts.append("broker connected" if status["connected"]
                  else f"broker {status['broker']} DISCONNECTED")
     return ", ".join(parts)

@@ -163,6 +163,12 @@ class Daemon:
         lines = "".join(f'"{n}" = "{k}"\n' for n, k in (peers or self.peers()).items())
         self.config.write_text(self._config_text + "\n[peers]\n" + lines)
 
+    def edit_config(self, old: str, new: str) -> None:
+        """Replace `old` by `new` in the config, for good (a new sibling rewrites the file)."""
+        assert old in self._config_text, old
+        self._config_text = self._config_text.replace(old, new)
+        self.write_config()
+
     def path(self, key: str, file: str = "events.jsonl") -> Path:
         return self.runtimes / key / file
 

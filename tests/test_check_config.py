@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import ssl
 import subprocess
@@ -18,9 +19,10 @@ from tests.cluster import Broker, node_identity
 
 
 def setup(tmp_path: Path, extra: str = "", mqtt: str = "") -> Path:
-    (tmp_path / "runtimes" / "bot-1").mkdir(parents=True)
-    (tmp_path / "runtimes" / "bot-2").mkdir()
-    (tmp_path / "runtimes" / "scratch").mkdir()
+    for key in ("bot-1", "bot-2", "scratch"):
+        (tmp_path / "runtimes" / key).mkdir(parents=True)
+        (tmp_path / "runtimes" / key / "events.jsonl").write_bytes(b"")
+    (tmp_path / "runtimes" / "no-memory-yet").mkdir()  # not an instance (yet)
     write_identity(tmp_path / "identity.key", node_identity("host-a"))
     config = tmp_path / "syncd.toml"
     config.write_text(
@@ -49,8 +51,56 @@ def test_good_config(tmp_path: Path) -> None:
     result = check(config)
     assert result.exit_code == 0, result.output
     assert result.stdout == (f"config OK: node host-a, 2 keys found under "
-                             f"{tmp_path / 'runtimes'}\n")
+                             f"{tmp_path / 'runtimes'}, up to 4 levels deep (1 more excluded "
+                             "by include/exclude)\n")
     assert not (tmp_path / "state").exists()  # checked, not created
+
+
+def test_every_key_is_counted_under_several_roots_and_every_skip_named(
+    tmp_path: Path,
+) -> None:
+    config = setup(tmp_path)
+    profiles = tmp_path / "profiles"
+    keys = ["main", "onebot_123/group_456", "onebot_123/group_789", "cross_大厅", "x+y#z",
+            "matrix_@bot_example.org_!room_example.org", "onebot_123 456", "UPPER.lower"]
+    for n, key in enumerate(keys):
+        folder = profiles / ("alice", "bob")[n % 2] / "runtimes" / key
+        folder.mkdir(parents=True)
+        (folder / "events.jsonl").write_bytes(b"")
+    (profiles / "alice" / "runtimes" / "main" / "resources" / "events.jsonl").mkdir(
+        parents=True)  # inside an instance: not counted
+    bad = profiles / "bob" / "runtimes" / os.fsdecode(b"\xfe\xff")
+    bad.mkdir()
+    (bad / "events.jsonl").write_bytes(b"")
+    (profiles / "carol").mkdir()  # no runtimes: not a root
+    config.write_text(config.read_text().replace(
+        'runtimes_dir = "runtimes"', 'runtimes_dir = "profiles/*/runtimes"').replace(
+        'exclude = ["scratch"]', 'exclude = ["bob/UPPER.*"]'))
+    result = check(config)
+    assert result.exit_code == 0, result.output
+    alice, bob = profiles / "alice" / "runtimes", profiles / "bob" / "runtimes"
+    assert result.stdout.splitlines() == [
+        f"config OK: node host-a, 7 keys found under {profiles}/*/runtimes, up to 4 levels "
+        "deep (1 more excluded by include/exclude)",
+        f"roots (each key starts with its root's name): alice = {alice}, bob = {bob}",
+        "1 directory skipped, not replicated:",
+        f"  {bob}/\\xfe\\xff (key bob/\\xfe\\xff): component '\\xfe\\xff': not valid UTF-8",
+    ]
+
+
+def test_missing_roots_are_reported_with_their_line(tmp_path: Path) -> None:
+    config = setup(tmp_path)
+    config.write_text(config.read_text().replace(
+        'runtimes_dir = "runtimes"', 'runtimes_dir = "nowhere/*/runtimes"')
+        + '[roots]\nalice = "runtimes"\nbob = "gone"\n')
+    result = check(config)
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [
+        f"syncd: config error: {config}:2: runtimes_dir: {tmp_path}/nowhere does not exist or "
+        "is not a directory",
+        f"syncd: config error: {config}:10: roots.bob: {tmp_path}/gone does not exist or is not "
+        "a directory",
+    ]
 
 
 def test_every_path_problem_is_reported_with_its_line(tmp_path: Path) -> None:

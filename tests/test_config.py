@@ -28,13 +28,14 @@ def write(tmp_path: Path, text: str) -> Path:
 def test_minimal_config_and_defaults(tmp_path: Path) -> None:
     c = load_config(write(tmp_path, GOOD))
     assert c.node == "host-a"
-    assert c.runtimes_dir == Path("/srv/runtimes")
+    assert c.key_dir("bot-1") == Path("/srv/runtimes/bot-1")  # one root: keys unprefixed
     assert c.state_dir == tmp_path / "state"  # relative to the config file
     assert c.mqtt.topic_prefix == "site/syncd"
     assert c.client_id == "syncd-host-a"
     assert c.files == ("events.jsonl",)
     assert c.chunk_bytes < 1 << 20  # below EMQX's default 1 MB packet cap
-    assert c.wants_key("bot-1") and not c.wants_key("..") and not c.wants_key(".x")
+    assert c.wants_key("bot-1") and not c.wants_key("..") and not c.wants_key("a//b")
+    assert c.wants_key(".x")  # the writer may create it: a name like any other
     assert c.identity_file == tmp_path / "identity.key"  # as given, relative to the config
     assert c.peers == {} and c.secret_file is None
 

@@ -17,7 +17,7 @@ import orjson
 from syncd.cli.common import DEFAULT_CONFIG, key_config_option
 from syncd.config import ConfigError, load_config
 from syncd.errors import SyncdError
-from syncd.names import is_valid_name
+from syncd.roots import KeyPathError
 from syncd.verify import LogChecker, Problem, Report
 
 # Big enough that the per-call overhead vanishes, small enough to keep memory flat.
@@ -50,13 +50,15 @@ def resolve_files(target: str, config_path: Path | None) -> list[Path]:
         config = load_config(config_path)
     except ConfigError as error:
         raise UnusableTarget(str(error)) from None
-    # Checked here because the key becomes a directory name under runtimes_dir.
-    if not is_valid_name(target):
-        raise UnusableTarget(f"{target}: neither a file nor a valid instance key")
-    files = config.key_files(target)
+    try:
+        files = config.key_files(target)  # the key's directory, through Config.key_dir
+    except KeyPathError as error:
+        raise UnusableTarget(f"{target}: neither a file nor a valid instance key: "
+                             f"{error.reason}") from None
     if not files:
         raise UnusableTarget(
-            f"{target}: neither a file nor an instance key with files under {config.runtimes_dir}"
+            f"{target}: neither a file nor an instance key with files under "
+            f"{config.roots.describe()}"
         )
     return files
 
