@@ -98,7 +98,7 @@ def test_missing_roots_are_reported_with_their_line(tmp_path: Path) -> None:
     assert result.stderr.splitlines() == [
         f"syncd: config error: {config}:2: runtimes_dir: {tmp_path}/nowhere does not exist or "
         "is not a directory",
-        f"syncd: config error: {config}:10: roots.bob: {tmp_path}/gone does not exist or is not "
+        f"syncd: config error: {config}:13: roots.bob: {tmp_path}/gone does not exist or is not "
         "a directory",
     ]
 
