@@ -7,6 +7,7 @@ note and does not make a file unclean: see syncd/verify.py's header for each rul
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import NoReturn
@@ -14,6 +15,7 @@ from typing import NoReturn
 import click
 import orjson
 
+from syncd import store
 from syncd.cli.common import DEFAULT_CONFIG, key_config_option
 from syncd.config import ConfigError, load_config
 from syncd.errors import SyncdError
@@ -53,6 +55,9 @@ def resolve_files(target: str, config_path: Path | None) -> list[Path]:
     # Checked here because the key becomes a directory name under runtimes_dir.
     if not is_valid_name(target):
         raise UnusableTarget(f"{target}: neither a file nor a valid instance key")
+    if (config.runtimes_dir / target).is_symlink():
+        raise UnusableTarget(f"{config.runtimes_dir / target} is a symbolic link; syncd follows "
+                             "no symbolic links under runtimes_dir")
     files = config.key_files(target)
     if not files:
         raise UnusableTarget(
@@ -62,7 +67,10 @@ def resolve_files(target: str, config_path: Path | None) -> list[Path]:
 
 
 def read_chunks(path: Path) -> Iterator[bytes]:
-    with path.open("rb") as file:
+    """The file's bytes; a symbolic link or anything but a regular file is refused (OSError
+    saying so): a log replaced by a link to a secret is not printed line by line."""
+    fd = store.open_file(path, key_dir=False)
+    with os.fdopen(fd, "rb") as file:
         while chunk := file.read(CHUNK_SIZE):
             yield chunk
 
