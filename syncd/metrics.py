@@ -95,11 +95,17 @@ def families(status: Status) -> list[Metric]:
         for (what, unit), family in counters.items():
             if f"{what}_{unit}" in f:
                 family.add_metric(labels, f[f"{what}_{unit}"])
+    requests = CounterMetricFamily(
+        "syncd_peer_requests", "peers' requests for bytes: served, or dropped over the peer's "
+        "budget ([limits])", labels=["peer", "outcome"])
+    for peer, b in status.get("peer_budgets", {}).items():
+        requests.add_metric([peer, "served"], b["served_requests"])
+        requests.add_metric([peer, "dropped"], b["dropped_requests"])
     build = GaugeMetricFamily("syncd_build_info", "always 1; the labels say what runs",
                               labels=["version", "python"])
     build.add_metric([__version__, platform.python_version()], 1)
     return [build, connected, reconnects, rejected, online, by_state, diverged, size, ready,
-            behind, lag, lag_s, *counters.values(), *traffic(status.get("telemetry", {}))]
+            behind, lag, lag_s, requests, *counters.values(), *traffic(status.get("telemetry", {}))]
 
 
 def traffic(t: Mapping[str, Any]) -> list[Metric]:
