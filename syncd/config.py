@@ -11,6 +11,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from syncd.budget import Limits
 from syncd.errors import SyncdError
 from syncd.identity import parse_public
 from syncd.names import is_valid_name, key_problem, part_problem, printable
@@ -77,6 +78,10 @@ class Config:
     persist_interval: float = 5.0
     request_timeout: float = 3.0
     metrics: MetricsConfig = MetricsConfig()
+    # Who may change things through the control socket (adopt, reload), besides root and the
+    # daemon's own user; `status` is for anyone who can open the socket.
+    admin_group: str = "syncd-admin"
+    limits: Limits = field(default_factory=Limits)  # serving peers: syncd/budget.py
     source: Path | None = None
 
     def wants_key(self, key: str) -> bool:
@@ -143,13 +148,15 @@ _TOP = {
     "include", "exclude",
     "chunk_bytes", "fetch_window_bytes", "sweep_interval", "scrub_bytes_per_second",
     "scrub_interval", "persist_interval", "request_timeout", "mqtt", "keys", "role", "watch",
-    "metrics", "roots",
+    "metrics", "roots", "admin_group", "limits",
 }
 _MQTT = {
     "host", "port", "topic_prefix", "client_id", "username", "password_file", "keepalive",
     "reconnect_min", "reconnect_max", "tls", "tls_ca_file", "tls_cert_file", "tls_key_file",
 }
 _KEY = {"files", "role", "writers"}
+_LIMITS = {"requests_per_second", "request_burst", "bytes_per_second", "byte_burst"}
+_GROUP = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?")
 _PREFIX = re.compile(r"[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*")
 _LISTEN = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):(\d{1,5})")
 
@@ -310,6 +317,11 @@ def parse_config(data: dict[str, Any], path: Path, text: str = "") -> Config:
         tls_key_file=tls_files["tls_key_file"],
     )
     metrics = _metrics(top, _Reader(path, text, data.get("metrics", {}), "metrics"))
+    limits = _limits(top, _Reader(path, text, data.get("limits", {}), "limits"))
+    admin_group = top.text("admin_group", "syncd-admin")
+    assert admin_group is not None
+    if not _GROUP.fullmatch(admin_group):
+        raise top.error("admin_group", f"{admin_group!r} is not a group name")
 
     files = top.globs("files", ("events.jsonl",))
     role = top.choice("role", "symmetric", ROLES)
@@ -365,6 +377,8 @@ def parse_config(data: dict[str, Any], path: Path, text: str = "") -> Config:
         persist_interval=top.number("persist_interval", 5.0, 0.05, 3600),
         request_timeout=top.number("request_timeout", 3.0, 0.1, 3600),
         metrics=metrics,
+        admin_group=admin_group,
+        limits=limits,
         source=path,
     )
 
@@ -454,3 +468,16 @@ def _metrics(top: _Reader, m: _Reader) -> MetricsConfig:
         raise m.error("listen", f"must be HOST:PORT such as 127.0.0.1:9464 or [::1]:9464, "
                                 f"got {listen!r}")
     return MetricsConfig(found.group(1).strip("[]"), int(found.group(2)))
+
+
+def _limits(top: _Reader, lim: _Reader) -> Limits:
+    if not isinstance(lim.table, dict):
+        raise top.error("limits", "must be a table ([limits])")
+    lim.check_known(_LIMITS)
+    d = Limits()
+    return Limits(
+        requests_per_second=lim.number("requests_per_second", d.requests_per_second, 0, 1e6),
+        request_burst=lim.integer("request_burst", d.request_burst, 1, 1 << 30),
+        bytes_per_second=lim.integer("bytes_per_second", d.bytes_per_second, 0, 1 << 40),
+        byte_burst=lim.integer("byte_burst", d.byte_burst, 1, 1 << 40),
+    )

@@ -4,7 +4,8 @@ Instances are found by discovery.py (the sweep, and at once on a watcher hint ab
 that is not a known replica's file); every key becomes a path through Config.key_dir only.
 
 It routes, it does not decide: frames go to the replica of their (key, file), filesystem hints
-to the replica of their path. It also answers the control socket (`syncd status`).
+to the replica of their path. Its control socket (`syncd status`, `adopt`, `reload`) is served
+by controlserver.py.
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from syncd import frames, logs
+from syncd.budget import Budgets, serve_cost
 from syncd.config import Config, ConfigError, load_config
+from syncd.controlserver import ControlServer
 from syncd.discovery import Scanner, Skipped, linked_component, root_problems
 from syncd.epoch import next_epoch
 from syncd.errors import SyncdError
@@ -125,6 +126,7 @@ class Node:
         self.started = time.time()
         self.telemetry = Telemetry(time.monotonic())
         self._chores: set[asyncio.Task[None]] = set()  # referenced until done (asyncio docs)
+        self.budgets = Budgets(config.limits)  # what each peer's requests may cost us
 
     # --- Host protocol for replicas ---------------------------------------------------------
 
@@ -229,8 +231,8 @@ class Node:
             asyncio.create_task(self._sweep_forever(), name="sweep"),
             asyncio.create_task(scrub_forever(self), name="scrub"),
         ]
-        server = await asyncio.start_unix_server(self._serve_control, self.socket_path)
-        os.chmod(self.socket_path, 0o660)
+        control = ControlServer(self)
+        await control.start(self.socket_path)
         log.info("node %s watching %s (%d files), state in %s", self.node,
                  self.config.roots.describe(), len(self.replicas), self.config.state_dir)
         try:
@@ -250,7 +252,7 @@ class Node:
                 raise RuntimeError(f"internal task {broken.get_name()} ended: "
                                    f"{broken.exception()!r}")
         finally:
-            server.close()
+            control.close()
             self._watcher.stop()
             await self.link.close()
             for t in tasks:
@@ -310,6 +312,7 @@ class Node:
         self.fetch_window = config.fetch_window_bytes
         self.request_timeout = config.request_timeout
         self.persist_interval = config.persist_interval
+        self.budgets.configure(config.limits)
         for (key, file), r in list(self.replicas.items()):
             if not config.wants_key(key) or file not in config.files_of(key):
                 await r.stop()
@@ -514,7 +517,20 @@ class Node:
             assert isinstance(item.payload, frames.Data)
             self.telemetry.expect(item.key, item.file, sender, item.payload.end, frame.ts,
                                   replica.machine.position.size)
+        if isinstance(event, PeerRequest) and not self._within_budget(event, replica):
+            return  # dropped and counted; the requester asks again after its timeout
         replica.deliver(event)
+
+    def _within_budget(self, event: PeerRequest, replica: Replica) -> bool:
+        """Whether to serve a peer's request (syncd/budget.py); logs drops once a minute."""
+        r, now = event.request, time.monotonic()
+        cost = serve_cost(r.have, r.start, r.length, replica.machine.held, self.fetch_window)
+        if self.budgets.admit(event.peer, cost, now):
+            return True
+        line = self.budgets.report(event.peer, now)
+        if line is not None:
+            log.warning("%s", line, extra={"peer": event.peer})
+        return False
 
     @property
     def _listed(self) -> dict[str, tuple[str, Any]]:
@@ -541,6 +557,7 @@ class Node:
         self.presence.pop(node, None)
         self.presence_since.pop(node, None)
         self.telemetry.forget(node)
+        self.budgets.forget(node)
         for r in self.replicas.values():
             if r.loaded.is_set():  # else _after_load does it
                 r.forget_peer(node)
@@ -585,85 +602,13 @@ class Node:
                       for n, o in sorted(self.presence.items())},
             "ready_count": {"yes": ready, "no": len(files) - ready},
             "rejected_frames": self.rejected,
+            "peer_budgets": self.budgets.status(),
             "uptime_s": round(time.time() - self.started, 1),
             "files": files,
             # Directories that would be instances but cannot be replicated: `syncd status`
             # shows each as state "error" with its reason.
             "skipped": skipped,
         }
-
-    async def _serve_control(self, reader: asyncio.StreamReader,
-                             writer: asyncio.StreamWriter) -> None:
-        try:
-            line = await asyncio.wait_for(reader.readline(), timeout=5)
-            request = orjson.loads(line) if line.strip() else {}
-            cmd = request.get("cmd") if isinstance(request, dict) else None
-            if cmd == "status":
-                reply: dict[str, Any] = {"ok": True, "status": self.status()}
-            elif cmd == "adopt":
-                reply = await self._adopt(request, writer)
-            elif cmd == "reload":
-                expected = request.get("config")
-                reply = await self.reload_from_source(expected if isinstance(expected, str)
-                                                      else None)
-            else:
-                reply = {"ok": False, "error": f"unknown command {cmd!r}"}
-            writer.write(orjson.dumps(reply) + b"\n")
-            await writer.drain()
-        except (TimeoutError, orjson.JSONDecodeError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-
-    async def _adopt(self, request: dict[str, Any], writer: asyncio.StreamWriter
-                     ) -> dict[str, Any]:
-        """Operator's resolution: archive our copies of KEY and take SOURCE's (streams progress).
-
-        SOURCE may be this node: then our copy as it is now becomes the truth again (after a
-        deliberate reset, say) and the peers that hold another history show as diverged until
-        they adopt ours.
-        """
-        key, source = request.get("key"), request.get("source")
-        if not isinstance(key, str) or not self.config.wants_key(key):
-            return {"ok": False, "error": f"{key!r} is not an instance key this node replicates"}
-        if not isinstance(source, str):
-            return {"ok": False, "error": "no source node given"}
-        if source != self.node:
-            if source not in self.presence:
-                known = ", ".join(sorted(self.presence)) or "none"
-                return {"ok": False, "error": f"unknown node {source!r} (known peers: {known})"}
-            if not self.presence[source]:
-                return {"ok": False, "error": f"{source} is offline; its copy cannot be fetched "
-                                              "now"}
-        replicas = [r for f in self.config.files_of(key)
-                    if (r := self._replica(key, f)) is not None]
-        for r in replicas:
-            await r.loaded.wait()
-            if source != self.node and source not in r.machine.peers:
-                return {"ok": False, "error": f"{source} has announced no copy of {r.name}"}
-        results = []
-        for r in replicas:
-            done: asyncio.Future[dict[str, object]] = asyncio.get_running_loop().create_future()
-            r.adopt(source, done)
-            last, moved_at = -1, time.monotonic()
-            while not done.done():
-                have, total = r.machine.adoption_progress()
-                if have != last:
-                    last, moved_at = have, time.monotonic()
-                elif time.monotonic() - moved_at > ADOPT_STALL_SECONDS:
-                    return {"ok": False, "error": (
-                        f"{r.name}: no progress from {source} for {ADOPT_STALL_SECONDS}s "
-                        f"(at {have} of {total} bytes); the local copy is already archived and "
-                        "the fetch goes on in the background: watch syncd status")}
-                writer.write(orjson.dumps({"progress": {"file": r.name, "done": have,
-                                                        "total": total}}) + b"\n")
-                await writer.drain()
-                await asyncio.wait([done], timeout=0.2)
-            result = done.result()
-            if "error" in result:
-                return {"ok": False, "error": f"{r.name}: {result['error']}"}
-            results.append(result)
-        return {"ok": True, "adopted": results}
 
 
 def _same_file(a: str | Path, b: str | Path) -> bool:

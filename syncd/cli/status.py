@@ -29,6 +29,7 @@ import orjson
 from syncd.cli.common import config_option, load_or_exit
 from syncd.control import ControlError, query
 from syncd.node import SOCKET_NAME
+from syncd.safe_text import safe, safe_json, safe_tree
 
 PROBLEM_STATES = {"diverged", "reset", "paused", "error"}
 EXIT_OK, EXIT_PROBLEMS, EXIT_UNREACHABLE = 0, 1, 2
@@ -70,9 +71,10 @@ def command(keys: tuple[str, ...], config_path: Path, as_json: bool, ready_keys:
         unknown = sorted(set(keys) - {f["key"] for f in whole["files"]}
                          - {s["key"] for s in whole.get("skipped", [])})
         if unknown:
-            click.echo(f"syncd status: no replicated file for {', '.join(unknown)}", err=True)
+            click.echo(f"syncd status: no replicated file for {safe(', '.join(unknown))}",
+                       err=True)
         if as_json:
-            click.echo(orjson.dumps(status, option=orjson.OPT_INDENT_2).decode())
+            click.echo(safe_json(orjson.dumps(status, option=orjson.OPT_INDENT_2).decode()))
         else:
             if watch and sys.stdout.isatty():
                 click.clear()
@@ -99,7 +101,7 @@ def ask(state_dir: Path) -> dict[str, Any]:
     try:
         status: dict[str, Any] = query(state_dir / SOCKET_NAME, "status")["status"]
     except ControlError as e:
-        click.echo(f"syncd: {e}", err=True)
+        click.echo(f"syncd: {safe(e)}", err=True)
         sys.exit(EXIT_UNREACHABLE)
     return status
 
@@ -157,6 +159,9 @@ def summary(files: list[dict[str, Any]], skipped: int = 0) -> str:
 
 
 def render(status: dict[str, Any]) -> str:
+    """The status for people. Every string in it is escaped first (safe_text.py): node names,
+    freeze reasons, divergence details and lines may come from peers or their bytes."""
+    status = safe_tree(status)
     peers = status["peers"]
     online = sorted(n for n, p in peers.items() if p["online"])
     offline = sorted(n for n, p in peers.items() if not p["online"])
@@ -206,6 +211,11 @@ def render(status: dict[str, Any]) -> str:
         for note in f.get("notes", []):
             if note != f.get("note"):  # a noticed edit is printed above already
                 lines.append(f"{name}: {note}")
+    dropped = [f"peer {peer}: {b['dropped_requests']} requests dropped over its budget "
+               f"([limits]), {b['served_requests']} served"
+               for peer, b in status.get("peer_budgets", {}).items() if b["dropped_requests"]]
+    if dropped:
+        lines += ["", *dropped]
     if status.get("skipped", []):
         lines.append("")
     for s in status.get("skipped", []):
@@ -216,7 +226,9 @@ def render(status: dict[str, Any]) -> str:
 
 
 def ready_report(status: dict[str, Any], keys: tuple[str, ...]) -> tuple[bool, str]:
-    """Can this host take over every key in `keys` now? One line per key, and its reasons."""
+    """Can this host take over every key in `keys` now? One line per key, and its reasons
+    (escaped, as in `render`)."""
+    status, keys = safe_tree(status), tuple(safe(k) for k in keys)
     lines = []
     all_ready = True
     for key in keys:
