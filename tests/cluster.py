@@ -161,13 +161,16 @@ class Daemon:
     def write_config(self, peers: dict[str, str] | None = None) -> None:
         """(Re)write the config; `peers` replaces the [peers] table (default: the cluster)."""
         lines = "".join(f'"{n}" = "{k}"\n' for n, k in (peers or self.peers()).items())
-        self.config.write_text(self._config_text + "\n[peers]\n" + lines)
+        # Keep edits a test made to the file itself: only the [peers] table is rewritten.
+        text = self.config.read_text() if self.config.exists() else self._config_text
+        text = text.split("\n[peers]\n")[0]
+        self.config.write_text(text + "\n[peers]\n" + lines)
 
     def edit_config(self, old: str, new: str) -> None:
-        """Replace `old` by `new` in the config, for good (a new sibling rewrites the file)."""
-        assert old in self._config_text, old
-        self._config_text = self._config_text.replace(old, new)
-        self.write_config()
+        """Replace `old` by `new` in the config (siblings made later rewrite [peers] only)."""
+        text = self.config.read_text()
+        assert old in text, old
+        self.config.write_text(text.replace(old, new))
 
     def path(self, key: str, file: str = "events.jsonl") -> Path:
         return self.runtimes / key / file

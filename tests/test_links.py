@@ -52,8 +52,7 @@ def test_adopt_refuses_a_copy_replaced_by_a_link_and_archives_nothing_of_its_tar
 ) -> None:
     a = make_daemon("a", broker, start=False)
     # state_dir on another filesystem: archiving copies bytes instead of linking the name.
-    a.config.write_text(a.config.read_text().replace(f'state_dir = "{a.state}"',
-                                                     f'state_dir = "{other_fs}"'))
+    a.edit_config(f'state_dir = "{a.state}"', f'state_dir = "{other_fs}"')
     a.state = other_fs
     a.start()
     b = make_daemon("b", broker)
