@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from syncd.brokers import Broker, BrokerSyntaxError, parse_brokers
 from syncd.errors import SyncdError
 from syncd.names import is_valid_name
 
@@ -32,6 +33,13 @@ class MqttConfig:
     tls_ca_file: Path | None = None  # None: the system's CA store
     tls_cert_file: Path | None = None  # client certificate, for brokers that ask for one
     tls_key_file: Path | None = None  # None: the key is inside tls_cert_file
+    # Every broker to try, in order (`brokers = [...]`, or the one of host and port);
+    # host and port above are then the first of them.
+    brokers: tuple[Broker, ...] = ()
+
+    @property
+    def endpoints(self) -> tuple[Broker, ...]:
+        return self.brokers or (Broker(self.host, self.port),)
 
 
 @dataclass(frozen=True)
@@ -118,8 +126,9 @@ _TOP = {
     "metrics",
 }
 _MQTT = {
-    "host", "port", "topic_prefix", "client_id", "username", "password_file", "keepalive",
-    "reconnect_min", "reconnect_max", "tls", "tls_ca_file", "tls_cert_file", "tls_key_file",
+    "host", "port", "brokers", "topic_prefix", "client_id", "username", "password_file",
+    "keepalive", "reconnect_min", "reconnect_max", "tls", "tls_ca_file", "tls_cert_file",
+    "tls_key_file",
 }
 _KEY = {"files", "role"}
 _PREFIX = re.compile(r"[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*")
@@ -263,9 +272,11 @@ def parse_config(data: dict[str, Any], path: Path, text: str = "") -> Config:
         raise m.error("tls", "is false, yet tls_* files are set (remove them, or tls = true)")
     if tls_files["tls_key_file"] and not tls_files["tls_cert_file"]:
         raise m.error("tls_key_file", "needs tls_cert_file (the certificate of that key)")
+    brokers = _brokers(m, 8883 if tls else 1883)
     mqtt = MqttConfig(
-        host=m.text("host", "127.0.0.1") or "127.0.0.1",
-        port=m.integer("port", 8883 if tls else 1883, 1, 65535),
+        host=brokers[0].host,
+        port=brokers[0].port,
+        brokers=brokers,
         topic_prefix=prefix,
         client_id=client_id,
         username=m.text("username"),
@@ -326,6 +337,28 @@ def parse_config(data: dict[str, Any], path: Path, text: str = "") -> Config:
         metrics=metrics,
         source=path,
     )
+
+
+def _brokers(m: _Reader, default_port: int) -> tuple[Broker, ...]:
+    """`brokers = ["host:port", ...]`, or the single `host` and `port` (not both forms)."""
+    if "brokers" not in m.table:
+        host = m.text("host", "127.0.0.1") or "127.0.0.1"
+        return (Broker(host.strip("[]"), m.integer("port", default_port, 1, 65535)),)
+    single = [k for k in ("host", "port") if k in m.table]
+    if single:
+        lines = [f"{k} on line {n}" if (n := _line_of(m.source, m.dotted, k)) else k
+                 for k in single]
+        raise m.error("brokers", f"cannot be combined with {' and '.join(lines)}: list "
+                                 "every broker in brokers (\"host:port\"), or use host and "
+                                 "port alone for one broker")
+    value = m.table["brokers"]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise m.error("brokers", 'must be a list of "host:port" strings, such as '
+                                 '["mqtt-1.internal:8883", "[::1]:1883"]')
+    try:
+        return parse_brokers(value, default_port)
+    except BrokerSyntaxError as e:
+        raise m.error("brokers", str(e)) from None
 
 
 def _metrics(top: _Reader, m: _Reader) -> MetricsConfig:

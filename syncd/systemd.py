@@ -93,15 +93,16 @@ def _count(n: int, word: str) -> str:
 
 
 def summary(status: Mapping[str, Any]) -> str:
-    """The one line `systemctl status` shows: "12 files, 0 diverged, 1 behind, broker connected"."""
+    """The one line `systemctl status` shows: "12 files, 0 diverged, 1 behind, broker
+    mqtt-1:8883 connected" (the broker in use, or being tried when DISCONNECTED)."""
     states = [f["state"] for f in status["files"]]
     parts = [_count(len(states), "file"), f"{states.count('diverged')} diverged",
              f"{states.count('behind')} behind"]
     for rare in ("reset", "paused", "error", "verifying"):
         if rare in states:
             parts.append(f"{states.count(rare)} {rare}")
-    parts.append("broker connected" if status["connected"]
-                 else f"broker {status['broker']} DISCONNECTED")
+    state = "connected" if status["connected"] else "DISCONNECTED"
+    parts.append(f"broker {status['broker']} {state}")
     return ", ".join(parts)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -90,15 +91,24 @@ class Broker:
         self.proc = None
 
 
+def _where(broker: Broker | None, brokers: Sequence[str]) -> str:
+    if brokers:
+        return f"brokers = [{', '.join(json.dumps(b) for b in brokers)}]\n"
+    assert broker is not None
+    return f'host = "127.0.0.1"\nport = {broker.port}\n'
+
+
 class Daemon:
     """One `syncd run` process with its own runtimes and state directories."""
 
     TEST_TUNING = "sweep_interval = 0.2\nrequest_timeout = 1.0\n"
 
-    def __init__(self, root: Path, node: str, broker: Broker, extra: str = "",
+    def __init__(self, root: Path, node: str, broker: Broker | None, extra: str = "",
                  tuning: str = TEST_TUNING, log_level: str = "debug",
                  env: dict[str, str] | None = None, secret: str = TEST_SECRET,
-                 mqtt_extra: str = "", args: Sequence[str] = ()) -> None:
+                 mqtt_extra: str = "", args: Sequence[str] = (),
+                 brokers: Sequence[str] = ()) -> None:
+        """`brokers`: ["host:port", ...] for `[mqtt] brokers`, instead of `broker`'s port."""
         self.node = node
         self.log_level = log_level
         self.args = list(args)  # more `syncd run` options
@@ -119,8 +129,7 @@ class Daemon:
             f"{tuning}"
             f"{extra}\n"
             "[mqtt]\n"
-            'host = "127.0.0.1"\n'
-            f"port = {broker.port}\n"
+            f"{_where(broker, brokers)}"
             'topic_prefix = "test/syncd"\n'
             "reconnect_min = 0.05\n"
             "reconnect_max = 0.5\n"
