@@ -36,6 +36,9 @@ class MqttConfig:
     # Every broker to try, in order (`brokers = [...]`, or the one of host and port);
     # host and port above are then the first of them.
     brokers: tuple[Broker, ...] = ()
+    # QoS of syncd's subscriptions (it always publishes at QoS 1). 0 for NATS: there each
+    # QoS 1 subscription is a replicated JetStream consumer, refused while a member is down.
+    subscribe_qos: int = 1
 
     @property
     def endpoints(self) -> tuple[Broker, ...]:
@@ -128,7 +131,7 @@ _TOP = {
 _MQTT = {
     "host", "port", "brokers", "topic_prefix", "client_id", "username", "password_file",
     "keepalive", "reconnect_min", "reconnect_max", "tls", "tls_ca_file", "tls_cert_file",
-    "tls_key_file",
+    "tls_key_file", "subscribe_qos",
 }
 _KEY = {"files", "role"}
 _PREFIX = re.compile(r"[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*")
@@ -288,6 +291,7 @@ def parse_config(data: dict[str, Any], path: Path, text: str = "") -> Config:
         tls_ca_file=tls_files["tls_ca_file"],
         tls_cert_file=tls_files["tls_cert_file"],
         tls_key_file=tls_files["tls_key_file"],
+        subscribe_qos=m.integer("subscribe_qos", 1, 0, 1),
     )
     metrics = _metrics(top, _Reader(path, text, data.get("metrics", {}), "metrics"))
 

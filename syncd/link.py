@@ -26,6 +26,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 import aiomqtt
+from paho.mqtt.reasoncodes import ReasonCode
 
 from syncd import frames, tls
 from syncd.brokers import Broker, Rotation
@@ -104,7 +105,8 @@ class Link:
                 async with client:
                     self._client = client
                     for topic in frames.subscriptions(m.topic_prefix, self._config.node):
-                        await client.subscribe(topic, qos=1)
+                        granted = await client.subscribe(topic, qos=m.subscribe_qos)
+                        _check_granted(topic, granted)
                     await client.publish(
                         self._presence_topic,
                         self._seal(self._presence_topic, frames.Presence(True), connected_at),
@@ -207,6 +209,15 @@ class Link:
                     self._seal(self._presence_topic, frames.Presence(False), None),
                     qos=1, retain=True, timeout=2,
                 )
+
+
+def _check_granted(topic: str, granted: tuple[int, ...] | list[ReasonCode]) -> None:
+    """A refused subscription leaves us deaf while 'connected': count it as a failed connection
+    (the next broker is tried), never as a success."""
+    codes = [g if isinstance(g, int) else g.value for g in granted]
+    if any(c >= 0x80 for c in codes):
+        raise aiomqtt.MqttError(f"subscription to {topic} refused (SUBACK 0x{max(codes):02x}): "
+                                "check the broker's ACL (syncd check-config --broker)")
 
 
 def _refused_credentials(reason: str) -> bool:

@@ -5,11 +5,15 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import aiomqtt
 import pytest
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.reasoncodes import ReasonCode
 
 from syncd.brokers import Broker, BrokerSyntaxError, Rotation, parse_broker, parse_brokers
 from syncd.cli.status import render
 from syncd.config import ConfigError, load_config
+from syncd.link import _check_granted
 from tests import cluster
 from tests.cluster import Daemon, free_port, wait_until
 from tests.conftest import ishiki_lines
@@ -81,6 +85,7 @@ def test_config_with_a_list_of_brokers(tmp_path: Path) -> None:
      r'syncd.toml:7: mqtt.brokers: must be a list of "host:port" strings'),
     (GOOD.replace('host = "broker.local"\nport = 1883\n', "brokers = [1883]\n"),
      r'syncd.toml:7: mqtt.brokers: must be a list of "host:port" strings'),
+    (GOOD + "subscribe_qos = 2\n", r"syncd.toml:10: mqtt.subscribe_qos: must be between 0 and 1"),
 ])
 def test_config_errors_name_key_and_line(tmp_path: Path, text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
@@ -172,3 +177,14 @@ def test_daemons_skip_a_dead_broker_and_move_when_theirs_dies(tmp_path: Path) ->
             d.kill()
         first.stop()
         second.stop()
+
+
+def test_a_refused_subscription_is_a_failed_connection_not_a_deaf_one() -> None:
+    """Mosquitto grants even subscriptions its ACL denies; NATS refuses some (SUBACK 0x80)."""
+    _check_granted("t/node/+", (1,))
+    _check_granted("t/node/+", [ReasonCode(PacketTypes.SUBACK, identifier=0)])
+    with pytest.raises(aiomqtt.MqttError, match=r"subscription to t/pos/\+ refused \(SUBACK "
+                                                r"0x80\)"):
+        _check_granted("t/pos/+", (0x80,))
+    with pytest.raises(aiomqtt.MqttError, match="0x87"):
+        _check_granted("t/pos/+", [ReasonCode(PacketTypes.SUBACK, identifier=0x87)])
