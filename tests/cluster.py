@@ -107,9 +107,11 @@ class Daemon:
                  tuning: str = TEST_TUNING, log_level: str = "debug",
                  env: dict[str, str] | None = None, secret: str = TEST_SECRET,
                  mqtt_extra: str = "", args: Sequence[str] = (),
-                 brokers: Sequence[str] = ()) -> None:
-        """`brokers`: ["host:port", ...] for `[mqtt] brokers`, instead of `broker`'s port."""
+                 brokers: Sequence[str] = (), prefix: Sequence[str] = ()) -> None:
+        """`brokers`: ["host:port", ...] for `[mqtt] brokers`, instead of `broker`'s port;
+        `prefix`: a command that runs `syncd run` (e.g. `ip netns exec NS`)."""
         self.node = node
+        self.prefix = list(prefix)
         self.log_level = log_level
         self.args = list(args)  # more `syncd run` options
         self.env = env or {}
@@ -144,7 +146,7 @@ class Daemon:
     def start(self, wait: bool = True) -> None:
         out = self.log.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "syncd", "run", "--config", str(self.config),
+            [*self.prefix, sys.executable, "-m", "syncd", "run", "--config", str(self.config),
              "--log-level", self.log_level, *self.args],
             stdout=out, stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
