@@ -112,6 +112,7 @@ class Daemon:
         `prefix`: a command that runs `syncd run` (e.g. `ip netns exec NS`)."""
         self.node = node
         self.prefix = list(prefix)
+        self.connect_timeout = 15.0  # start(): seconds to wait for the broker connection
         self.log_level = log_level
         self.args = list(args)  # more `syncd run` options
         self.env = env or {}
@@ -152,7 +153,8 @@ class Daemon:
             env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
         )
         if wait:
-            wait_until(lambda: self.status()["connected"], 15, f"{self.node} to connect")
+            wait_until(lambda: self.status()["connected"], self.connect_timeout,
+                       f"{self.node} to connect")
 
     def status(self) -> dict[str, Any]:
         if self.proc is not None and self.proc.poll() is not None:
