@@ -12,9 +12,9 @@ probe topics of this node's own, and reads it back:
 4. publish one probe as large as syncd's largest frame (lost or disconnected: packet limit);
 5. publish a retained probe, subscribe afresh and expect it back as retained, then clear it.
 
-The probes live one level deeper than any syncd topic (`P/live/<node>/syncd-check/<nonce>/…`),
-so no daemon subscribes to them and nothing shows in any host's status; the shipped ACL's
-`P/live/<node>/#` and `P/pos/<node>/#` cover them. Each problem raises BrokerProblem with a
+The probes live deeper than any syncd topic (`P/a/<node>/syncd-check/<nonce>/…`), so no
+daemon subscribes to them and nothing shows in any host's status; the shipped ACL's
+`P/a/<node>/#` and `P/p/<node>/#` cover them. Each problem raises BrokerProblem with a
 cause (a word for scripts) and a sentence for people. With `[mqtt] brokers`, every broker of
 the list is checked (`check_all`): each one must carry the traffic, since syncd may use any.
 """
@@ -34,9 +34,9 @@ from syncd.brokers import Broker
 from syncd.config import Config
 from syncd.errors import SyncdError
 
-# The largest frame syncd publishes: chunk_bytes of data behind the preamble, tag, header
-# length and a header of at most MAX_HEADER bytes.
-FRAME_OVERHEAD = len(frames.PREAMBLE) + frames.TAG_SIZE + 4 + frames.MAX_HEADER
+# The largest frame syncd publishes: a batch of chunk_bytes, or one item of chunk_bytes behind
+# the preamble, signature, header length and a header (a few hundred bytes for one item).
+FRAME_OVERHEAD = frames.HEADER_START + 4096
 
 
 @dataclass
@@ -91,8 +91,10 @@ async def check(config: Config, wait: float = 5.0, endpoint: Broker | None = Non
     endpoint = endpoint or m.endpoints[0]
     broker = str(endpoint)
     nonce = secrets.token_hex(4)
-    base = f"{m.topic_prefix}/%s/{config.node}/syncd-check/{nonce}"
-    live_topic, retained_topic = base % "live" + "/live", base % "pos" + "/retained"
+    # Below this node's own batch and position topics (what the ACL lets it write), one level
+    # deeper than peers subscribe, so that no running daemon receives the probes.
+    base = f"{m.topic_prefix}/%s/{frames.level(config.node)}/syncd-check/{nonce}"
+    live_topic, retained_topic = base % "a" + "/live", base % "p" + "/retained"
     client = aiomqtt.Client(
         endpoint.host, endpoint.port, identifier=f"{config.client_id}-check-{nonce}",
         username=m.username, password=config.password(), tls_context=tls.client_context(m),
@@ -129,14 +131,14 @@ async def check(config: Config, wait: float = 5.0, endpoint: Broker | None = Non
                                 f"{m.username or '(anonymous)'} read them "
                                 "(config/mosquitto.acl)")
         passed.append("subscriptions granted")
-        await client.subscribe(f"{base % 'live'}/#", qos=1)
+        await client.subscribe(f"{base % 'a'}/#", qos=1)
         got = await _round_trip(client, live_topic, b"syncd-check", wait)
         if got is None:
             raise BrokerProblem("acl", (
                 f"a probe published on {live_topic} never came back within {wait:g}s: the "
                 f"broker accepts the connection but drops this node's publishes (an ACL: user "
-                f"{m.username or '(anonymous)'} needs write on {m.topic_prefix}/live/"
-                f"{config.node}/# and read on {m.topic_prefix}/live/#, see "
+                f"{m.username or '(anonymous)'} needs write on {m.topic_prefix}/a/"
+                f"{frames.level(config.node)}/# and read on {m.topic_prefix}/a/#, see "
                 "config/mosquitto.acl; Mosquitto logs 'Denied PUBLISH' with log_type debug)"))
         passed.append("live probe published and read back")
         size = largest_frame(config)

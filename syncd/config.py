@@ -9,9 +9,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
 from syncd.brokers import Broker, BrokerSyntaxError, parse_brokers
+from syncd.budget import Limits
 from syncd.errors import SyncdError
-from syncd.names import is_valid_name
+from syncd.identity import parse_public
+from syncd.names import is_valid_name, key_problem, part_problem, printable
+from syncd.roots import Layout, RootSpec
 
 
 class ConfigError(SyncdError):
@@ -58,15 +63,18 @@ ROLES = ("symmetric", "source", "replica")
 class KeyConfig:
     files: tuple[str, ...]
     role: str = "symmetric"
+    writers: tuple[str, ...] | None = None  # None: every listed host
 
 
 @dataclass(frozen=True)
 class Config:
     node: str
-    runtimes_dir: Path
+    roots: Layout  # runtimes_dir and [roots]: where instances live, and how keys name them
     state_dir: Path
-    secret_file: Path
+    identity_file: Path
     mqtt: MqttConfig
+    peers: dict[str, str] = field(default_factory=dict)  # node -> public key (base64)
+    secret_file: Path | None = None  # protocol 2's shared secret: no longer used
     files: tuple[str, ...] = ("events.jsonl",)
     role: str = "symmetric"
     include: tuple[str, ...] = ("*",)
@@ -81,11 +89,19 @@ class Config:
     persist_interval: float = 5.0
     request_timeout: float = 3.0
     metrics: MetricsConfig = MetricsConfig()
+    # Who may change things through the control socket (adopt, reload), besides root and the
+    # daemon's own user; `status` is for anyone who can open the socket.
+    admin_group: str = "syncd-admin"
+    limits: Limits = field(default_factory=Limits)  # serving peers: syncd/budget.py
     source: Path | None = None
 
     def wants_key(self, key: str) -> bool:
-        """Whether an instance directory name is a key this node replicates."""
-        if not is_valid_name(key):
+        """Whether this node replicates instance `key` (`onebot_123/group_456`).
+
+        include/exclude are matched against the whole key with fnmatch: `*` and `?` match `/`
+        too, so `onebot_123/*` is every channel of that bot and `*` every key.
+        """
+        if key_problem(key) is not None:
             return False
         if key in self.keys:
             return True
@@ -103,10 +119,26 @@ class Config:
         k = self.keys.get(key)
         return k.role if k else self.role
 
+    def may_write(self, key: str, node: str) -> bool:
+        """Whether bytes (and positions) of `node` count for `key`: its `writers`, if set."""
+        k = self.keys.get(key)
+        return k is None or k.writers is None or node in k.writers
+    def key_dir(self, key: str) -> Path:
+        """The directory of instance `key`: the one mapping from keys to paths (roots.py).
+        Raises KeyPathError (a ValueError) saying why when `key` names none."""
+        return self.roots.folder(key)
+
     def key_files(self, key: str) -> list[Path]:
-        """Existing files of a key under runtimes_dir (for the offline commands)."""
-        d = self.runtimes_dir / key
+        """Existing files of a key under its root (for the offline commands)."""
+        d = self.key_dir(key)
         return [d / f for f in self.files_of(key) if (d / f).is_file()]
+
+    def peer_keys(self) -> dict[str, Ed25519PublicKey]:
+        """[peers] parsed (every entry was checked when the config was read)."""
+        return {node: parse_public(text) for node, text in self.peers.items()}
+    def all_files(self) -> frozenset[str]:
+        """Every configured file name, of any key."""
+        return frozenset(self.files).union(*(k.files for k in self.keys.values()))
 
     @property
     def client_id(self) -> str:
@@ -123,17 +155,20 @@ class Config:
 
 
 _TOP = {
-    "node", "runtimes_dir", "state_dir", "secret_file", "files", "include", "exclude",
+    "node", "runtimes_dir", "state_dir", "secret_file", "identity_file", "peers", "files",
+    "include", "exclude",
     "chunk_bytes", "fetch_window_bytes", "sweep_interval", "scrub_bytes_per_second",
     "scrub_interval", "persist_interval", "request_timeout", "mqtt", "keys", "role", "watch",
-    "metrics",
+    "metrics", "roots", "admin_group", "limits",
 }
 _MQTT = {
     "host", "port", "brokers", "topic_prefix", "client_id", "username", "password_file",
     "keepalive", "reconnect_min", "reconnect_max", "tls", "tls_ca_file", "tls_cert_file",
     "tls_key_file", "subscribe_qos",
 }
-_KEY = {"files", "role"}
+_KEY = {"files", "role", "writers"}
+_LIMITS = {"requests_per_second", "request_burst", "bytes_per_second", "byte_burst"}
+_GROUP = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?")
 _PREFIX = re.compile(r"[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*")
 _LISTEN = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):(\d{1,5})")
 
@@ -252,10 +287,13 @@ def parse_config(data: dict[str, Any], path: Path, text: str = "") -> Config:
     assert node is not None
     if not is_valid_name(node):
         raise top.error("node", "use letters, digits, '.', '_' or '-' (at most 128)")
-    runtimes_dir = top.path_("runtimes_dir", base, required=True)
+    roots = _roots(top, _Reader(path, text, data.get("roots", {}), "roots"), base)
     state_dir = top.path_("state_dir", base, required=True)
-    secret_file = top.path_("secret_file", base, required=True)
-    assert runtimes_dir is not None and state_dir is not None and secret_file is not None
+    assert state_dir is not None
+    # Default: in state_dir, which the service's user owns (the config's directory is not
+    # writable by it), so `sudo -u syncd syncd keygen` can create it.
+    identity_file = top.path_("identity_file", base) or state_dir / "identity.key"
+    peers = _peers(top, data.get("peers", {}), _Reader(path, text, {}, "peers"))
 
     mqtt_table = data.get("mqtt", {})
     if not isinstance(mqtt_table, dict):
@@ -294,35 +332,50 @@ def parse_config(data: dict[str, Any], path: Path, text: str = "") -> Config:
         subscribe_qos=m.integer("subscribe_qos", 1, 0, 1),
     )
     metrics = _metrics(top, _Reader(path, text, data.get("metrics", {}), "metrics"))
+    limits = _limits(top, _Reader(path, text, data.get("limits", {}), "limits"))
+    admin_group = top.text("admin_group", "syncd-admin")
+    assert admin_group is not None
+    if not _GROUP.fullmatch(admin_group):
+        raise top.error("admin_group", f"{admin_group!r} is not a group name")
 
     files = top.globs("files", ("events.jsonl",))
     role = top.choice("role", "symmetric", ROLES)
     for f in files:
-        if not is_valid_name(f):
-            raise top.error("files", f"{f!r} is not a plain file name inside the key directory")
+        if (problem := part_problem(f)) is not None:
+            raise top.error("files", f"'{printable(f)}' is not a plain file name inside the key "
+                                     f"directory: {problem}")
     keys_table = data.get("keys", {})
     if not isinstance(keys_table, dict):
         raise top.error("keys", "must be a table of tables ([keys.<name>])")
     keys: dict[str, KeyConfig] = {}
     for name, table in keys_table.items():
-        if not is_valid_name(name):
-            raise top.error("keys", f"{name!r} is not a valid instance key")
+        if (problem := roots.shape_problem(name)) is not None:
+            raise top.error("keys", f"'{printable(name)}' is not a valid instance key: {problem}")
         if not isinstance(table, dict):
             raise top.error("keys", f"keys.{name} must be a table")
         k = _Reader(path, text, table, f"keys.{name}")
         k.check_known(_KEY)
         key_files = k.globs("files", files)
         for f in key_files:
-            if not is_valid_name(f):
-                raise k.error("files", f"{f!r} is not a plain file name")
-        keys[name] = KeyConfig(files=key_files, role=k.choice("role", role, ROLES))
+            if (problem := part_problem(f)) is not None:
+                raise k.error("files", f"'{printable(f)}' is not a plain file name: {problem}")
+        writers = None
+        if "writers" in table:
+            writers = k.globs("writers", ())
+            for w in writers:
+                if not is_valid_name(w):
+                    raise k.error("writers", f"{w!r} is not a node name")
+        keys[name] = KeyConfig(files=key_files, role=k.choice("role", role, ROLES),
+                               writers=writers)
 
     chunk = top.integer("chunk_bytes", 256 * 1024, 4096, 16 * 1024 * 1024)
     return Config(
         node=node,
-        runtimes_dir=runtimes_dir,
+        roots=roots,
         state_dir=state_dir,
-        secret_file=secret_file,
+        identity_file=identity_file,
+        peers=peers,
+        secret_file=top.path_("secret_file", base),
         mqtt=mqtt,
         files=files,
         role=role,
@@ -339,6 +392,8 @@ def parse_config(data: dict[str, Any], path: Path, text: str = "") -> Config:
         persist_interval=top.number("persist_interval", 5.0, 0.05, 3600),
         request_timeout=top.number("request_timeout", 3.0, 0.1, 3600),
         metrics=metrics,
+        admin_group=admin_group,
+        limits=limits,
         source=path,
     )
 
@@ -365,6 +420,79 @@ def _brokers(m: _Reader, default_port: int) -> tuple[Broker, ...]:
         raise m.error("brokers", str(e)) from None
 
 
+def _peers(top: _Reader, table: Any, p: _Reader) -> dict[str, str]:
+    """[peers]: node = "public key", one line per host allowed in the cluster."""
+    if not isinstance(table, dict):
+        raise top.error("peers", 'must be a table ([peers], lines of node = "public key")')
+    p.table = table
+    peers: dict[str, str] = {}
+    for node, text in table.items():
+        if not is_valid_name(node):
+            raise p.error(node, "is not a valid node name")
+        if not isinstance(text, str):
+            raise p.error(node, 'must be the public key text `syncd keygen` prints, in quotes')
+        try:
+            parse_public(text)
+        except ValueError as e:
+            raise p.error(node, f"not a public key: {e}") from None
+        peers[node] = text.strip()
+    return peers
+def _roots(top: _Reader, table: _Reader, base: Path) -> Layout:
+    """runtimes_dir (a path, a glob, or a list of them) and [roots] (name = path): see roots.py
+    for how each names its keys."""
+    raw = top.table.get("runtimes_dir")
+    if raw is None and "roots" not in top.table:
+        raise top.error("runtimes_dir", "is required (or name the roots in a [roots] table)")
+    specs: list[RootSpec] = []
+    listed = isinstance(raw, list)
+    if raw is not None:
+        entries = raw if isinstance(raw, list) else [raw]
+        if not entries or not all(isinstance(e, str) and e for e in entries):
+            raise top.error("runtimes_dir", "must be a path, a glob with one '*' (a root per "
+                                            "match), or a non-empty list of them")
+        for entry in entries:
+            spec = RootSpec(_absolute(entry, base))
+            if (problem := spec.problem()) is not None:
+                raise top.error("runtimes_dir", f"{entry!r}: {problem}")
+            if listed and not spec.is_glob:
+                # In a list every root prefixes its keys; a plain path by its own name.
+                spec = RootSpec(spec.pattern, spec.pattern.name)
+                if (bad := part_problem(spec.pattern.name)) is not None:
+                    raise top.error("runtimes_dir", f"{entry!r}: its last component cannot "
+                                                    f"name a root: {bad}")
+            specs.append(spec)
+    if not isinstance(table.table, dict):
+        raise top.error("roots", "must be a table ([roots], one name = \"path\" per root)")
+    for name, value in table.table.items():
+        if not isinstance(value, str) or not value:
+            raise table.error(name, "must be the path of a directory")
+        if "*" in value:
+            raise table.error(name, "a [roots] entry is one directory (for a glob, use "
+                                    "runtimes_dir)")
+        if (problem := part_problem(name)) is not None:
+            raise table.error(name, f"'{printable(name)}' cannot name a root: {problem}")
+        specs.append(RootSpec(_absolute(value, base), name, in_table=True))
+    names = [s.name for s in specs if s.name is not None]
+    for name in names:
+        if names.count(name) > 1:
+            raise top.error("roots" if name in table.table else "runtimes_dir",
+                            f"two roots are named {name!r}: keys would collide (name them "
+                            "in [roots])")
+    patterns = [s.pattern for s in specs]
+    for p in patterns:
+        if patterns.count(p) > 1:
+            raise top.error("runtimes_dir", f"{p} is listed twice")
+    if not specs:
+        raise top.error("roots", "names no root")
+    prefixed = not (isinstance(raw, str) and len(specs) == 1 and not specs[0].is_glob)
+    return Layout(tuple(specs), prefixed)
+
+
+def _absolute(value: str, base: Path) -> Path:
+    p = Path(value).expanduser()
+    return p if p.is_absolute() else (base / p)
+
+
 def _metrics(top: _Reader, m: _Reader) -> MetricsConfig:
     if not isinstance(m.table, dict):
         raise top.error("metrics", "must be a table ([metrics])")
@@ -377,3 +505,16 @@ def _metrics(top: _Reader, m: _Reader) -> MetricsConfig:
         raise m.error("listen", f"must be HOST:PORT such as 127.0.0.1:9464 or [::1]:9464, "
                                 f"got {listen!r}")
     return MetricsConfig(found.group(1).strip("[]"), int(found.group(2)))
+
+
+def _limits(top: _Reader, lim: _Reader) -> Limits:
+    if not isinstance(lim.table, dict):
+        raise top.error("limits", "must be a table ([limits])")
+    lim.check_known(_LIMITS)
+    d = Limits()
+    return Limits(
+        requests_per_second=lim.number("requests_per_second", d.requests_per_second, 0, 1e6),
+        request_burst=lim.integer("request_burst", d.request_burst, 1, 1 << 30),
+        bytes_per_second=lim.integer("bytes_per_second", d.bytes_per_second, 0, 1 << 40),
+        byte_burst=lim.integer("byte_burst", d.byte_burst, 1, 1 << 40),
+    )

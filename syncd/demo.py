@@ -21,7 +21,6 @@ import hashlib
 import logging
 import os
 import random
-import secrets
 import signal
 import socket
 import sys
@@ -36,6 +35,7 @@ import orjson
 
 from syncd.control import ControlError, query
 from syncd.errors import SyncdError
+from syncd.identity import create_identity, load_identity
 
 NODES = ("host-a", "host-b")
 KEY = "bot-1"
@@ -45,11 +45,13 @@ STEP_TIMEOUT = 20.0
 
 
 def write_config(root: Path, node: str, port: int) -> Path:
-    """The one place the demo writes a node's config (and the cluster secret they share)."""
-    secret = root / "cluster.key"
-    if not secret.exists():
-        secret.write_text(secrets.token_urlsafe(32) + "\n")
-        secret.chmod(0o600)
+    """The one place the demo writes a node's config (its own key, and every node's in
+    [peers], as `syncd keygen` on each host and an operator copying the lines would)."""
+    peers = []
+    for each in NODES:
+        key_file = root / each / "identity.key"
+        identity = load_identity(key_file) if key_file.exists() else create_identity(key_file)
+        peers.append(f'{each} = "{identity.public}"\n')
     home = root / node
     (home / "runtimes").mkdir(parents=True, exist_ok=True)
     config = home / "syncd.toml"
@@ -57,12 +59,13 @@ def write_config(root: Path, node: str, port: int) -> Path:
         f'node = "{node}"\n'
         'runtimes_dir = "runtimes"\n'
         'state_dir = "state"\n'
-        f'secret_file = "{secret}"\n'
+        'identity_file = "identity.key"\n'
         "\n[mqtt]\n"
         'host = "127.0.0.1"\n'
         f"port = {port}\n"
         "reconnect_min = 0.1\n"
         "reconnect_max = 2.0\n"
+        "\n[peers]\n" + "".join(peers)
     )
     return config
 

@@ -1,46 +1,65 @@
-"""The wire format: topics and frames, encoded and decoded without any I/O.
+"""The wire format (protocol version 3): topics and signed frames, without any I/O.
 
-Topic layout under the configured prefix (P):
+Topic layout under the configured prefix P; every level after P is `level(name)`, an encoding
+of a node id, an instance key or a file name (see below):
 
-    P/node/<node>                          retained presence, "offline" is the connection's will
-    P/pos/<node>/<key>/<file>              retained position of <node>'s copy (size + digest)
-    P/live/<node>/<key>/<file>             bytes <node> just got, for everyone
-    P/req/<to>/<from>/<key>/<file>         <from> asks <to> for bytes it is missing
-    P/fill/<to>/<from>/<key>/<file>        <from>'s answer to a request, for <to> only
-    P/refuse/<to>/<from>/<key>/<file>      <from> holds a different prefix than <to> claims
-    P/probe/<to>/<from>/<key>/<file>       <from> asks for block digests or bytes, to locate a
-                                           divergence (answered even by a frozen copy)
-    P/probed/<to>/<from>/<key>/<file>      the answer
+    P/n/<node>                  retained presence; "offline" is the connection's will
+    P/p/<node>/<key>/<file>     retained position of <node>'s copy of one file (size + digest)
+    P/a/<node>                  a batch for everyone: the bytes <node> just got, of any files
+    P/t/<to>/<node>             a batch for <to> only: requests, answers, refusals, probes
 
-Payloads are a 3-byte preamble (magic "sd" + version), a 32-byte HMAC-SHA256 tag, a 4-byte
-big-endian header length, an orjson header, then (data frames only) the bytes themselves.
+A frame is one MQTT message:
 
-The tag is keyed with the cluster secret and covers the topic and everything after the tag, so
-a frame cannot be forged, altered, or replayed on another topic (another key, file, sender or
-addressee). Every header carries a Stamp (session id, sequence number, wall-clock time) that
-`freshness.ReplayGuard` uses against replays on the same topic. Decoding checks the tag first,
-then validates every field, and raises FrameError with a reason fit for a log line.
+    b"sd\\x03" | Ed25519 signature (64) | header length (4, big-endian) | orjson header | bodies
+
+The header names the sender, its run (`epoch`, persisted and increasing across restarts), a
+sequence number, the send time (ms, informational only) and a list of items; each item is one
+message about one (key, file) - a position, a piece of data, a request ... - and the bytes of
+data items follow the header in item order (`n` says how many belong to each). Batching many
+items into one frame pays the MQTT, signature and wake-up costs once per batch.
+
+The signature is made with the sender's private key (identity.py) over the topic, a NUL, and
+everything after the signature: a frame cannot be forged by another host, altered, or moved to
+another topic (another addressee, key or file). Receivers verify it against the key listed for
+the sender in `[peers]` before looking at anything else, then validate every field and raise
+FrameError with a reason fit for a log line.
+
+Topic levels: MQTT gives `+`, `#` and `/` meanings, NATS refuses `.` and spaces, and brokers
+cap topic lengths, while instance keys hold any character a directory name can (and `/` between
+nesting levels). So a name made only of ASCII letters, digits, `_` and `-` (host-a, main) is
+its own level, readable in broker logs and usable in an ACL's `%u`; any other name is `~` and
+the unpadded lower-case base32 of its UTF-8 bytes (safe on every broker), and a name whose
+level would exceed LEVEL_MAX characters is `~~` and 32 hex digits of its SHA-256. The three
+forms cannot collide, `name_of_level` reverses the first two, and either way the real names
+travel in the signed header: the receiver checks that the topic's levels are theirs.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
-import hmac
+import re
 import struct
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
 import orjson
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from syncd.errors import SyncdError
+from syncd.identity import SIGNATURE_SIZE, Identity, verify
 from syncd.ledger import DIGEST_SIZE
-from syncd.names import is_valid_name
+from syncd.names import file_problem, key_problem
 
-PREAMBLE = b"sd\x02"
-TAG_SIZE = 32
+VERSION = 3
+PREAMBLE = b"sd\x03"
 _HEADER_LEN = struct.Struct(">I")
-MAX_HEADER = 4096
+HEADER_START = len(PREAMBLE) + SIGNATURE_SIZE + _HEADER_LEN.size
+MAX_HEADER = 1 << 20
+MAX_ITEMS = 4096
+LEVEL_MAX = 100
 
 
 class FrameError(SyncdError, ValueError):
@@ -48,6 +67,8 @@ class FrameError(SyncdError, ValueError):
 
 
 class Kind(Enum):
+    """What one item says."""
+
     NODE = "node"
     POS = "pos"
     LIVE = "live"
@@ -58,68 +79,133 @@ class Kind(Enum):
     PROBED = "probed"
 
 
+class Channel(Enum):
+    """Which topic a frame travels on (the first level after the prefix)."""
+
+    PRESENCE = "n"
+    POSITION = "p"
+    ALL = "a"
+    TO = "t"
+
+
 _ADDRESSED = {Kind.REQ, Kind.FILL, Kind.REFUSE, Kind.PROBE, Kind.PROBED}
 _WITH_BODY = {Kind.LIVE, Kind.FILL, Kind.PROBED}
+_CHANNEL_KINDS = {
+    Channel.PRESENCE: {Kind.NODE},
+    Channel.POSITION: {Kind.POS},
+    Channel.ALL: {Kind.LIVE},
+    Channel.TO: _ADDRESSED,
+}
+
+
+def channel_of(kind: Kind, to: str = "") -> Channel:
+    if kind is Kind.NODE:
+        return Channel.PRESENCE
+    if kind is Kind.POS:
+        return Channel.POSITION
+    if kind in _ADDRESSED:
+        if not to:
+            raise ValueError(f"a {kind.value} item needs an addressee")
+        return Channel.TO
+    return Channel.ALL
+
+
+# --- topic levels --------------------------------------------------------------------------
+
+
+_PLAIN = re.compile(rf"[A-Za-z0-9_-]{{1,{LEVEL_MAX}}}")
+
+
+def level(name: str) -> str:
+    """The topic level that stands for `name` (see the module docstring)."""
+    if _PLAIN.fullmatch(name):
+        return name
+    raw = name.encode("utf-8", "surrogateescape")
+    text = "~" + base64.b32encode(raw).decode("ascii").rstrip("=").lower()
+    if len(text) <= LEVEL_MAX:
+        return text
+    return "~~" + hashlib.sha256(raw).hexdigest()[:32]
+
+
+def name_of_level(text: str) -> str | None:
+    """The name a level stands for; None for a hashed level (or one that is not a level)."""
+    if _PLAIN.fullmatch(text):
+        return text
+    if not text.startswith("~") or text.startswith("~~"):
+        return None
+    body = text[1:].upper()
+    try:
+        raw = base64.b32decode(body + "=" * (-len(body) % 8))
+    except (binascii.Error, ValueError):
+        return None
+    return raw.decode("utf-8", "surrogateescape")
 
 
 @dataclass(frozen=True, slots=True)
-class Topic:
-    kind: Kind
-    sender: str
-    key: str = ""
-    file: str = ""
-    to: str = ""  # only for addressed kinds
+class Route:
+    """What a topic says: the channel and the (encoded) levels after it."""
+
+    channel: Channel
+    sender: str  # a level
+    to: str = ""  # a level, for Channel.TO
+    key: str = ""  # a level, for Channel.POSITION
+    file: str = ""  # a level, for Channel.POSITION
 
 
-def topic_for(prefix: str, t: Topic) -> str:
-    if t.kind is Kind.NODE:
-        return f"{prefix}/node/{t.sender}"
-    if t.kind in _ADDRESSED:
-        return f"{prefix}/{t.kind.value}/{t.to}/{t.sender}/{t.key}/{t.file}"
-    return f"{prefix}/{t.kind.value}/{t.sender}/{t.key}/{t.file}"
+def presence_topic(prefix: str, node: str) -> str:
+    return f"{prefix}/n/{level(node)}"
+
+
+def position_topic(prefix: str, node: str, key: str, file: str) -> str:
+    return f"{prefix}/p/{level(node)}/{level(key)}/{level(file)}"
+
+
+def all_topic(prefix: str, node: str) -> str:
+    return f"{prefix}/a/{level(node)}"
+
+
+def to_topic(prefix: str, to: str, node: str) -> str:
+    return f"{prefix}/t/{level(to)}/{level(node)}"
 
 
 def subscriptions(prefix: str, node: str) -> list[str]:
     return [
-        f"{prefix}/node/+",
-        f"{prefix}/pos/+/+/+",
-        f"{prefix}/live/+/+/+",
-        f"{prefix}/req/{node}/+/+/+",
-        f"{prefix}/fill/{node}/+/+/+",
-        f"{prefix}/refuse/{node}/+/+/+",
-        f"{prefix}/probe/{node}/+/+/+",
-        f"{prefix}/probed/{node}/+/+/+",
+        f"{prefix}/n/+",
+        f"{prefix}/p/+/+/+",
+        f"{prefix}/a/+",
+        f"{prefix}/t/{level(node)}/+",
     ]
 
 
-def parse_topic(prefix: str, topic: str) -> Topic:
+_LEVELS = {Channel.PRESENCE: 1, Channel.POSITION: 3, Channel.ALL: 1, Channel.TO: 2}
+
+
+def parse_topic(prefix: str, topic: str) -> Route:
     if not topic.startswith(prefix + "/"):
         raise FrameError(f"topic outside prefix: {topic[:200]!r}")
     parts = topic[len(prefix) + 1 :].split("/")
     try:
-        kind = Kind(parts[0])
+        channel = Channel(parts[0])
     except ValueError:
-        raise FrameError(f"unknown topic kind {parts[0][:50]!r}") from None
-    names = parts[1:]
-    expected = 1 if kind is Kind.NODE else 4 if kind in _ADDRESSED else 3
-    if len(names) != expected:
-        raise FrameError(f"{kind.value} topic needs {expected} levels, got {len(names)}")
-    for name in names:
-        if not is_valid_name(name):
-            raise FrameError(f"invalid name in topic: {name[:50]!r}")
-    if kind is Kind.NODE:
-        return Topic(kind, names[0])
-    if kind in _ADDRESSED:
-        to, sender, key, file = names
-        return Topic(kind, sender, key, file, to)
-    sender, key, file = names
-    return Topic(kind, sender, key, file)
+        raise FrameError(f"unknown topic kind {parts[0][:50]!r} (another protocol version?)"
+                         ) from None
+    levels = parts[1:]
+    if len(levels) != _LEVELS[channel]:
+        raise FrameError(f"{channel.name.lower()} topic needs {_LEVELS[channel]} levels, "
+                         f"got {len(levels)}")
+    if not all(0 < len(x) <= LEVEL_MAX for x in levels):
+        raise FrameError("empty or overlong topic level")
+    if channel is Channel.TO:
+        return Route(channel, levels[1], to=levels[0])
+    if channel is Channel.POSITION:
+        return Route(channel, levels[0], key=levels[1], file=levels[2])
+    return Route(channel, levels[0])
 
 
 def piece_end(buf: bytes, start: int, end: int, max_len: int) -> int:
-    """Where the data frame that starts at buf[start] should stop (exclusive, <= end).
+    """Where the data item that starts at buf[start] should stop (exclusive, <= end).
 
-    Frames end at a line end whenever one fits, so a receiver's copy only ever holds whole
+    Items end at a line end whenever one fits, so a receiver's copy only ever holds whole
     lines; a single line longer than max_len has to travel in pieces.
     """
     stop = min(end, start + max_len)
@@ -213,27 +299,42 @@ Payload = Presence | Announce | Data | Request | Refuse | Probe | Probed
 
 
 @dataclass(frozen=True, slots=True)
-class Stamp:
-    """Who sent a frame, in which run, in what order and when (ms since the epoch)."""
+class Item:
+    """One message about one file (key and file are empty for presence)."""
 
-    sid: str
+    kind: Kind
+    payload: Payload
+    key: str = ""
+    file: str = ""
+
+    @property
+    def size(self) -> int:
+        """Roughly what it adds to a frame (for batch limits)."""
+        body = getattr(self.payload, "data", b"")
+        return 160 + len(self.key) + len(self.file) + len(body)
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """A signed batch: who sent it, in which run, in what order and when, and its items."""
+
+    sender: str
+    epoch: int
     seq: int
-    ts: int
+    ts: int  # ms since the epoch, the sender's clock: for lag figures, never for ordering
+    items: tuple[Item, ...]
+    to: str = ""
+    conn: int = 0  # presence only: which connection of the run it describes
 
 
-def _tag(secret: bytes, topic: str, rest: bytes | memoryview) -> bytes:
-    mac = hmac.new(secret, topic.encode("utf-8", "surrogateescape") + b"\x00", hashlib.sha256)
-    mac.update(rest)
-    return mac.digest()
-
-
-def encode(payload: Payload, stamp: Stamp, secret: bytes, topic: str) -> bytes:
+def _item_header(item: Item) -> tuple[dict[str, Any], bytes]:
     body = b""
     header: dict[str, Any]
-    match payload:
+    match item.payload:
         case Presence(online, retired):
-            # "retired" only when set: older daemons read a retirement as "offline".
-            header = {"online": online, "retired": True} if retired else {"online": online}
+            header = {"online": online}
+            if retired:
+                header["retired"] = True
         case Announce(size, digest, frozen, answers):
             header = {"size": size, "digest": digest.hex(), "frozen": frozen}
             if answers:
@@ -253,46 +354,132 @@ def encode(payload: Payload, stamp: Stamp, secret: bytes, topic: str) -> bytes:
         case Probed(what, start, size, data):
             header = {"what": what.value, "start": start, "size": size}
             body = data
-    header.update(sid=stamp.sid, seq=stamp.seq, ts=stamp.ts)
-    raw = orjson.dumps(header)
-    rest = _HEADER_LEN.pack(len(raw)) + raw + body
-    return PREAMBLE + _tag(secret, topic, rest) + rest
+    header["k"] = item.kind.value
+    if item.kind is not Kind.NODE:
+        header["key"] = item.key
+        header["file"] = item.file
+    if item.kind in _WITH_BODY:
+        header["n"] = len(body)
+    return header, body
 
 
-def decode(kind: Kind, payload: bytes, max_data: int, secret: bytes,
-           topic: str) -> tuple[Stamp, Payload]:
-    """Check the tag, then decode and validate a payload received on `topic` (of `kind`)."""
+def signed_part(topic: str, rest: bytes | memoryview) -> bytes:
+    return topic.encode("utf-8", "surrogateescape") + b"\x00" + bytes(rest)
+
+
+def encode(frame: Frame, identity: Identity, topic: str) -> bytes:
+    items = []
+    bodies = []
+    for item in frame.items:
+        header, body = _item_header(item)
+        items.append(header)
+        bodies.append(body)
+    head: dict[str, Any] = {"v": VERSION, "from": frame.sender, "epoch": frame.epoch,
+                            "seq": frame.seq, "ts": frame.ts, "items": items}
+    if frame.to:
+        head["to"] = frame.to
+    if frame.conn:
+        head["conn"] = frame.conn
+    raw = orjson.dumps(head)
+    rest = _HEADER_LEN.pack(len(raw)) + raw + b"".join(bodies)
+    return PREAMBLE + identity.sign(signed_part(topic, rest)) + rest
+
+
+def check_signature(payload: bytes, topic: str, key: Ed25519PublicKey) -> None:
+    """Raise FrameError unless `payload` is a version-3 frame signed by `key` for `topic`."""
     if not payload.startswith(PREAMBLE):
-        raise FrameError("bad preamble (not a syncd frame, or another protocol version)")
-    base = len(PREAMBLE) + TAG_SIZE
-    if len(payload) < base + _HEADER_LEN.size:
+        if payload[:2] == PREAMBLE[:2] and len(payload) > 2:
+            raise FrameError(f"protocol version {payload[2]} frame; this host speaks version "
+                             f"{VERSION} (upgrade every host to the same syncd release)")
+        raise FrameError("bad preamble (not a syncd frame)")
+    if len(payload) < HEADER_START:
         raise FrameError("truncated frame")
-    rest = memoryview(payload)[base:]
-    if not hmac.compare_digest(payload[len(PREAMBLE) : base], _tag(secret, topic, rest)):
-        raise FrameError("bad authentication tag (wrong cluster secret, or a forged or "
-                         "altered frame)")
-    payload = payload[base:]
-    start = _HEADER_LEN.size
-    (hlen,) = _HEADER_LEN.unpack_from(payload, 0)
+    signature = payload[len(PREAMBLE) : len(PREAMBLE) + SIGNATURE_SIZE]
+    rest = memoryview(payload)[len(PREAMBLE) + SIGNATURE_SIZE :]
+    if not verify(key, signature, signed_part(topic, rest)):
+        raise FrameError("bad signature (not signed by the key [peers] lists for the sender, "
+                         "or an altered frame)")
+
+
+def decode(route: Route, payload: bytes, sender: str, max_data: int,
+           key: Ed25519PublicKey, topic: str) -> Frame:
+    """Check the signature, then decode and validate a frame that arrived on `topic`.
+
+    `sender` is the listed node whose level `route.sender` is; `key` its public key.
+    """
+    check_signature(payload, topic, key)
+    start = len(PREAMBLE) + SIGNATURE_SIZE
+    (hlen,) = _HEADER_LEN.unpack_from(payload, start)
+    start += _HEADER_LEN.size
     if hlen > MAX_HEADER or start + hlen > len(payload):
         raise FrameError(f"bad header length {hlen}")
     try:
-        header = orjson.loads(payload[start : start + hlen])
+        head = orjson.loads(payload[start : start + hlen])
     except orjson.JSONDecodeError:
         raise FrameError("header is not JSON") from None
-    if not isinstance(header, dict):
+    if not isinstance(head, dict):
         raise FrameError("header is not an object")
-    body = payload[start + hlen :]
-    if kind not in _WITH_BODY and body:
-        raise FrameError(f"{kind.value} frame carries unexpected bytes")
-    sid = header.get("sid")
-    if not isinstance(sid, str) or not 0 < len(sid) <= 64:
-        raise FrameError("field 'sid' must be a short string")
-    stamp = Stamp(sid, _count(header, "seq"), _count(header, "ts"))
-    return stamp, _payload(kind, header, body, max_data)
+    if head.get("v") != VERSION:
+        raise FrameError(f"header version {str(head.get('v'))[:20]!r}, expected {VERSION}")
+    if head.get("from") != sender:
+        raise FrameError("header names another sender than the topic")
+    to = head.get("to", "")
+    if route.channel is Channel.TO and (not isinstance(to, str) or level(to) != route.to):
+        raise FrameError("header names another addressee than the topic")
+    raw_items = head.get("items")
+    if not isinstance(raw_items, list) or not 0 < len(raw_items) <= MAX_ITEMS:
+        raise FrameError(f"field 'items' must be a list of 1 to {MAX_ITEMS} items")
+    if route.channel is not Channel.ALL and route.channel is not Channel.TO \
+            and len(raw_items) != 1:
+        raise FrameError("a presence or position frame holds exactly one item")
+    body = memoryview(payload)[start + hlen :]
+    items = []
+    at = 0
+    allowed = _CHANNEL_KINDS[route.channel]
+    for raw in raw_items:
+        if not isinstance(raw, dict):
+            raise FrameError("an item is not an object")
+        item, used = _item(raw, body, at, max_data, allowed)
+        at += used
+        if route.channel is Channel.POSITION and (level(item.key) != route.key
+                                                  or level(item.file) != route.file):
+            raise FrameError("position names another key or file than its topic")
+        items.append(item)
+    if at != len(body):
+        raise FrameError(f"{len(body) - at} bytes after the last item")
+    return Frame(sender, _count(head, "epoch"), _count(head, "seq"), _count(head, "ts"),
+                 tuple(items), to if isinstance(to, str) else "", _count(head, "conn", 0))
 
 
-def _payload(kind: Kind, header: dict[str, Any], body: bytes, max_data: int) -> Payload:
+def _item(raw: dict[str, Any], body: memoryview, at: int, max_data: int,
+          allowed: set[Kind]) -> tuple[Item, int]:
+    try:
+        kind = Kind(raw.get("k"))
+    except ValueError:
+        raise FrameError(f"unknown item kind {str(raw.get('k'))[:30]!r}") from None
+    if kind not in allowed:
+        raise FrameError(f"a {kind.value} item on the wrong topic")
+    key = file = ""
+    if kind is not Kind.NODE:
+        key_, file_ = raw.get("key"), raw.get("file")
+        if not isinstance(key_, str) or not isinstance(file_, str):
+            raise FrameError("an item needs 'key' and 'file' strings")
+        key, file = key_, file_
+        problem = key_problem(key) or file_problem(file)
+        if problem:
+            raise FrameError(f"unusable name in item: {problem}")
+    data = b""
+    if kind in _WITH_BODY:
+        n = _count(raw, "n")
+        if n > max_data:
+            raise FrameError(f"data item of {n} bytes exceeds {max_data}")
+        if at + n > len(body):
+            raise FrameError("item bytes past the end of the frame")
+        data = bytes(body[at : at + n])
+    return Item(kind, _payload(kind, raw, data), key, file), len(data)
+
+
+def _payload(kind: Kind, header: dict[str, Any], body: bytes) -> Payload:
     match kind:
         case Kind.NODE:
             retired = header.get("retired", False)
@@ -308,8 +495,6 @@ def _payload(kind: Kind, header: dict[str, Any], body: bytes, max_data: int) -> 
         case Kind.LIVE | Kind.FILL:
             if not body:
                 raise FrameError("data frame without data")
-            if len(body) > max_data:
-                raise FrameError(f"data frame of {len(body)} bytes exceeds {max_data}")
             return Data(_count(header, "offset"), _digest(header, "base"), body)
         case Kind.REQ:
             force = header.get("force", False)
@@ -326,8 +511,6 @@ def _payload(kind: Kind, header: dict[str, Any], body: bytes, max_data: int) -> 
         case Kind.PROBE:
             return Probe(_what(header), _count(header, "start"), _count(header, "count"))
         case Kind.PROBED:
-            if len(body) > max_data:
-                raise FrameError(f"probe answer of {len(body)} bytes exceeds {max_data}")
             return Probed(_what(header), _count(header, "start"), _count(header, "size"), body)
         case Kind.REFUSE:
             return Refuse(_count(header, "offset"), _digest(header, "digest"))

@@ -30,9 +30,9 @@ def sync_many(paths: list[Path]) -> None:
     by_device: dict[int, Path] = {}
     for path in paths:
         with contextlib.suppress(FileNotFoundError):
-            by_device.setdefault(path.stat().st_dev, path)
+            by_device.setdefault(os.lstat(path).st_dev, path)
     for path in by_device.values():
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = store.open_file(path)
         try:
             if _syncfs(fd) != 0:
                 err = ctypes.get_errno()

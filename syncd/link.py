@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import logging
 import socket
-import time
 from collections.abc import Awaitable, Callable
 
 import aiomqtt
@@ -41,29 +40,28 @@ class Link:
         config: Config,
         on_message: Callable[[str, bytes], None],
         on_connected: Callable[[], Awaitable[None]],
-        seal: Callable[[str, frames.Payload, int | None], bytes],
+        seal: Callable[[str, bool, int], bytes],
     ) -> None:
         self._config = config
-        self._seal = seal  # (topic, payload, ts or None for now) -> authenticated frame
+        self._seal = seal  # (topic, online, connection number) -> signed presence frame
         self._on_message = on_message
         self._on_connected = on_connected
         self._client: aiomqtt.Client | None = None
         self.connected = asyncio.Event()
         self.reconnects = 0
+        self.conn = 0  # counts this run's connections: presence is ordered by it (freshness.py)
         m = config.mqtt
         self._rotation = Rotation(m.endpoints, m.reconnect_min, m.reconnect_max)
         self.switches = 0  # connections made to another broker than the one before
         self._last_broker: Broker | None = None  # the broker of the last connection made
-        self._presence_topic = frames.topic_for(
-            m.topic_prefix, frames.Topic(frames.Kind.NODE, config.node)
-        )
+        self._presence_topic = frames.presence_topic(m.topic_prefix, config.node)
 
-    def _make_client(self, ts: int) -> aiomqtt.Client:
+    def _make_client(self, conn: int) -> aiomqtt.Client:
         m = self._config.mqtt
-        # The will is stamped just after the online presence of the same connection, so that
-        # it supersedes it (and nothing later): see freshness.py.
+        # The will describes the end of connection `conn`: it supersedes that connection's
+        # online presence, and nothing later (freshness.py).
         will = aiomqtt.Will(
-            self._presence_topic, self._seal(self._presence_topic, frames.Presence(False), ts + 1),
+            self._presence_topic, self._seal(self._presence_topic, False, conn),
             qos=1, retain=True,
         )
         return aiomqtt.Client(
@@ -98,8 +96,9 @@ class Link:
         failing: dict[Broker, str] = {}  # broker -> last failure logged, during an outage
         attempts = 0
         while True:
-            connected_at = time.time_ns() // 1_000_000
-            client = self._make_client(connected_at)
+            self.conn += 1
+            conn = self.conn
+            client = self._make_client(conn)
             broker = self._rotation.current
             try:
                 async with client:
@@ -109,7 +108,7 @@ class Link:
                         _check_granted(topic, granted)
                     await client.publish(
                         self._presence_topic,
-                        self._seal(self._presence_topic, frames.Presence(True), connected_at),
+                        self._seal(self._presence_topic, True, conn),
                         qos=1, retain=True,
                     )
                     self._connected_to(broker, attempts)
@@ -206,7 +205,7 @@ class Link:
             with contextlib.suppress(aiomqtt.MqttError, asyncio.TimeoutError):
                 await client.publish(
                     self._presence_topic,
-                    self._seal(self._presence_topic, frames.Presence(False), None),
+                    self._seal(self._presence_topic, False, self.conn),
                     qos=1, retain=True, timeout=2,
                 )
 

@@ -102,11 +102,21 @@ def families(status: Status) -> list[Metric]:
         for (what, unit), family in counters.items():
             if f"{what}_{unit}" in f:
                 family.add_metric(labels, f[f"{what}_{unit}"])
+    unreplicated = GaugeMetricFamily(
+        "syncd_unreplicated_directories",
+        "directories that would be instances but cannot be replicated (syncd status says why)")
+    unreplicated.add_metric([], len(status.get("skipped", [])))
+    requests = CounterMetricFamily(
+        "syncd_peer_requests", "peers' requests for bytes: served, or dropped over the peer's "
+        "budget ([limits])", labels=["peer", "outcome"])
+    for peer, b in status.get("peer_budgets", {}).items():
+        requests.add_metric([peer, "served"], b["served_requests"])
+        requests.add_metric([peer, "dropped"], b["dropped_requests"])
     build = GaugeMetricFamily("syncd_build_info", "always 1; the labels say what runs",
                               labels=["version", "python"])
     build.add_metric([__version__, platform.python_version()], 1)
     return [build, connected, reconnects, info, switches, rejected, online, by_state, diverged,
-            size, ready, behind, lag, lag_s, *counters.values(),
+            unreplicated, size, ready, behind, lag, lag_s, requests, *counters.values(),
             *traffic(status.get("telemetry", {}))]
 
 

@@ -1,7 +1,11 @@
 """The daemon: finds instance keys, owns their replicas, and wires watcher, sweep and link.
 
+Instances are found by discovery.py (the sweep, and at once on a watcher hint about a path
+that is not a known replica's file); every key becomes a path through Config.key_dir only.
+
 It routes, it does not decide: frames go to the replica of their (key, file), filesystem hints
-to the replica of their path. It also answers the control socket (`syncd status`).
+to the replica of their path. Its control socket (`syncd status`, `adopt`, `reload`) is served
+by controlserver.py.
 """
 
 from __future__ import annotations
@@ -12,16 +16,17 @@ import dataclasses
 import itertools
 import logging
 import os
-import secrets
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import orjson
-
-from syncd import frames, logs, retire
+from syncd import frames, logs
+from syncd.budget import Budgets, serve_cost
 from syncd.config import Config, ConfigError, load_config
+from syncd.controlserver import ControlServer
+from syncd.discovery import Scanner, Skipped, linked_component, root_problems
+from syncd.epoch import next_epoch
 from syncd.errors import SyncdError
 from syncd.events import (
     Event,
@@ -33,18 +38,18 @@ from syncd.events import (
     PeerRefuse,
     PeerRequest,
 )
-from syncd.frames import FrameError, Kind
+from syncd.frames import Channel, FrameError, Kind
 from syncd.freshness import ReplayGuard
 from syncd.groupsync import GroupSync
+from syncd.identity import Identity, IdentityError, load_identity
 from syncd.link import Link
-from syncd.machine import (
-    Tuning,
-)
+from syncd.machine import Tuning
+from syncd.names import printable
+from syncd.outbox import Outbox
 from syncd.persist import RecordStore
 from syncd.replica import Replica
-from syncd.retire import Retired, Seen
+from syncd.roots import MAX_DEPTH, KeyPathError
 from syncd.scrub import scrub_forever
-from syncd.secret import SecretError, load_secret
 from syncd.telemetry import Telemetry
 from syncd.watcher import Watcher
 
@@ -52,6 +57,7 @@ log = logging.getLogger("syncd.node")
 
 SOCKET_NAME = "syncd.sock"
 ADOPT_STALL_SECONDS = 60
+REFUSED_SHOWN = 100  # keys refused (a peer's may be many): status and log name this many
 
 
 def _event(kind: Kind, sender: str, body: frames.Payload) -> Event | None:
@@ -70,6 +76,9 @@ def _event(kind: Kind, sender: str, body: frames.Payload) -> Event | None:
         case Kind.PROBED, frames.Probed():
             return PeerProbed(sender, body)
     return None
+
+
+_CLAIMS = {Kind.POS, Kind.LIVE, Kind.FILL}
 
 
 class StartupError(SyncdError):
@@ -95,37 +104,61 @@ class Node:
         self.presence_since: dict[str, float] = {}
         self._connected_at: float | None = None  # wall time of the last broker connection
         self.rejected = 0
-        self._refused_keys: set[str] = set()
-        self._listed_mtime: int | None = None
-        self._last_reject_log = 0.0
+        self._refused: dict[str, str] = {}  # key -> why it cannot be replicated here
+        self._scanner = self._new_scanner(config)
+        self.skipped: list[Skipped] = []  # directories found that cannot be replicated
+        self._skips_logged: set[tuple[str, str]] = set()
+        self._discover_pending = False
+        self._last_reject_log: dict[str, float] = {}  # sender level ("" for none) -> when
+        self._listed_for: Config | None = None
+        self._listed_cache: dict[str, tuple[str, Any]] = {}
         self._prefix = config.mqtt.topic_prefix
-        self.secret = b""  # read in check_dirs(), before anything is sent or accepted
-        self._sid = secrets.token_hex(8)
+        self._level = frames.level(config.node)
+        self.identity: Identity | None = None  # read in check_dirs(), before anything is sent
+        self.epoch = 0  # this run's number, counted up in check_dirs()
         self._seq = itertools.count()
         self._guard = ReplayGuard()
-        self.link = Link(config, self._on_message, self._on_connected, self.seal)
-        self._watcher = Watcher(config.runtimes_dir, self._on_hint)
+        self.link = Link(config, self._on_message, self._on_connected, self.seal_presence)
+        self._outbox = Outbox(self._publish_batch, config.chunk_bytes)
+        self._watcher = Watcher(config.roots.watch_dirs(), self._on_hint)
         self._stop = asyncio.Event()
         self._durable_hooks: list[Callable[[str, str, int], None]] = []
         self.started = time.time()
         self.telemetry = Telemetry(time.monotonic())
-        self.retired = Retired()  # read in run(), once state_dir is known to be usable
         self._chores: set[asyncio.Task[None]] = set()  # referenced until done (asyncio docs)
+        self.budgets = Budgets(config.limits)  # what each peer's requests may cost us
 
     # --- Host protocol for replicas ---------------------------------------------------------
 
     def send(self, kind: Kind, key: str, file: str, payload: frames.Payload, to: str = "",
              retain: bool = False) -> None:
-        topic = frames.topic_for(self._prefix, frames.Topic(kind, self.node, key, file, to))
-        sealed = self.seal(topic, payload, None)
-        self.telemetry.count("sent", kind.value, len(sealed))
-        self.link.publish(topic, sealed, retain=retain)
+        """Queue one item; positions go out at once (retained, one topic per file), the rest
+        in a batch per topic at the end of this turn of the event loop."""
+        item = frames.Item(kind, payload, key, file)
+        self.telemetry.count("sent", kind.value, item.size)
+        if kind is Kind.POS:
+            self._outbox.flush()  # keep order: bytes announced are sent before the position
+            topic = frames.position_topic(self._prefix, self.node, key, file)
+            self.link.publish(topic, self._seal(topic, (item,)), retain=True)
+            return
+        if kind is Kind.LIVE:
+            self._outbox.add(frames.all_topic(self._prefix, self.node), "", item)
+        else:
+            self._outbox.add(frames.to_topic(self._prefix, to, self.node), to, item)
 
-    def seal(self, topic: str, payload: frames.Payload, ts: int | None) -> bytes:
-        """Encode and authenticate a frame for `topic`, stamped with our session and order."""
-        stamp = frames.Stamp(self._sid, next(self._seq),
-                             time.time_ns() // 1_000_000 if ts is None else ts)
-        return frames.encode(payload, stamp, self.secret, topic)
+    def _publish_batch(self, topic: str, to: str, items: tuple[frames.Item, ...]) -> None:
+        self.link.publish(topic, self._seal(topic, items, to=to))
+
+    def _seal(self, topic: str, items: tuple[frames.Item, ...], to: str = "",
+              conn: int | None = None) -> bytes:
+        """Encode and sign a frame for `topic`, stamped with our run, connection and order."""
+        assert self.identity is not None
+        frame = frames.Frame(self.node, self.epoch, next(self._seq), time.time_ns() // 1_000_000,
+                             items, to, self.link.conn if conn is None else conn)
+        return frames.encode(frame, self.identity, topic)
+
+    def seal_presence(self, topic: str, online: bool, conn: int) -> bytes:
+        return self._seal(topic, (frames.Item(Kind.NODE, frames.Presence(online)),), conn=conn)
 
     def role_of(self, key: str) -> str:
         return self.config.role_of(key)
@@ -158,31 +191,35 @@ class Node:
     # --- lifetime ---------------------------------------------------------------------------
 
     def check_dirs(self) -> None:
-        """Refuse to start, saying what to fix, unless directories and secret are usable."""
+        """Refuse to start, saying what to fix, unless directories and identity are usable."""
         try:
-            self.secret = load_secret(self.config.secret_file)
-        except SecretError as e:
+            self.identity = load_identity(self.config.identity_file)
+        except IdentityError as e:
             raise StartupError(str(e)) from None
-        rt, sd = self.config.runtimes_dir, self.config.state_dir
-        if not rt.is_dir():
-            raise StartupError(f"runtimes_dir {rt} does not exist or is not a directory "
-                               "(create it, or fix runtimes_dir in the config)")
-        if not os.access(rt, os.R_OK | os.W_OK | os.X_OK):
-            raise StartupError(f"runtimes_dir {rt} is not readable and writable by this user")
+        listed = self.config.peers.get(self.node)
+        if listed is not None and listed != self.identity.public:
+            raise StartupError(
+                f"[peers] lists another public key for this node ({self.node}) than "
+                f"identity_file {self.config.identity_file} holds ({self.identity.public}): "
+                "fix the [peers] line on every host, or use the right identity_file")
+        for where, problem in root_problems(self.config.roots, "this user"):
+            fix = "create it, or fix" if "does not exist" in problem else "grant access, or fix"
+            raise StartupError(f"{where} {problem} ({fix} {where} in the config)")
+        sd = self.config.state_dir
         try:
             sd.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise StartupError(f"state_dir {sd} cannot be created: {e.strerror}") from None
         if not os.access(sd, os.R_OK | os.W_OK | os.X_OK):
             raise StartupError(f"state_dir {sd} is not readable and writable by this user")
+        try:
+            self.epoch = next_epoch(sd)
+        except (OSError, ValueError) as e:
+            raise StartupError(f"cannot count up this run's epoch in {sd}: {e}") from None
 
     async def run(self, ready: Callable[[], None] | None = None) -> None:
         """Run until `stop()`; `ready` is called once replicas are loaded and the link is up."""
         self.check_dirs()
-        try:
-            self.retired = retire.load(self.state_dir)
-        except ValueError as e:
-            log.error("%s; retired nodes are forgotten until `syncd forget` runs again", e)
         self._discover()
         if self.config.watch:
             self._watcher.start()
@@ -194,10 +231,10 @@ class Node:
             asyncio.create_task(self._sweep_forever(), name="sweep"),
             asyncio.create_task(scrub_forever(self), name="scrub"),
         ]
-        server = await asyncio.start_unix_server(self._serve_control, self.socket_path)
-        os.chmod(self.socket_path, 0o660)
+        control = ControlServer(self)
+        await control.start(self.socket_path)
         log.info("node %s watching %s (%d files), state in %s", self.node,
-                 self.config.runtimes_dir, len(self.replicas), self.config.state_dir)
+                 self.config.roots.describe(), len(self.replicas), self.config.state_dir)
         try:
             stop = asyncio.create_task(self._stop.wait())
             if ready is not None:
@@ -215,7 +252,7 @@ class Node:
                 raise RuntimeError(f"internal task {broken.get_name()} ended: "
                                    f"{broken.exception()!r}")
         finally:
-            server.close()
+            control.close()
             self._watcher.stop()
             await self.link.close()
             for t in tasks:
@@ -260,17 +297,22 @@ class Node:
         Identity and wiring (node, directories, broker) need a restart; they are kept as they
         were, the log says so, and their names are returned.
         """
-        fixed = ("node", "runtimes_dir", "state_dir", "mqtt")
+        fixed = ("node", "roots", "state_dir", "mqtt", "identity_file")
         changed = [name for name in fixed if getattr(config, name) != getattr(self.config, name)]
         if changed:
             log.warning("reload: %s changed; that takes a restart (keeping the running values)",
                         ", ".join(changed))
             config = dataclasses.replace(config, **{n: getattr(self.config, n) for n in fixed})
+        removed = set(self.config.peers) - set(config.peers)
         self.config = config
+        for node in sorted(removed):
+            self._unlist(node)
         self.chunk_bytes = config.chunk_bytes
+        self._outbox.limit = config.chunk_bytes
         self.fetch_window = config.fetch_window_bytes
         self.request_timeout = config.request_timeout
         self.persist_interval = config.persist_interval
+        self.budgets.configure(config.limits)
         for (key, file), r in list(self.replicas.items()):
             if not config.wants_key(key) or file not in config.files_of(key):
                 await r.stop()
@@ -283,6 +325,8 @@ class Node:
                              config.role_of(key))
                     r.set_role(config.role_of(key))
         before = len(self.replicas)
+        self._refused.clear()
+        self._scanner = self._new_scanner(config)
         self._discover(force=True)
         log.info("reload: configuration applied (%d files, %d new)", len(self.replicas),
                  len(self.replicas) - before)
@@ -304,13 +348,17 @@ class Node:
         if r is None:
             if not self.config.wants_key(key) or file not in self.config.files_of(key):
                 return None
-            folder = self.config.runtimes_dir / key
-            if folder.is_symlink():
-                # A key must be a directory of its own under runtimes_dir, not a way out of it.
-                if key not in self._refused_keys:
-                    self._refused_keys.add(key)
-                    log.error("%s is a symbolic link; key %s is not replicated", folder, key)
+            try:
+                root, parts = self.config.roots.locate(key)
+            except KeyPathError as e:
+                self._refuse(key, e.reason)
                 return None
+            linked = linked_component(root.path, parts)
+            if linked is not None:
+                # A key must be a directory of its own under its root, not a way out of it.
+                self._refuse(key, f"{printable(str(linked))} is a symbolic link (not followed)")
+                return None
+            folder = self.config.key_dir(key)
             r = Replica(self, key, file, folder / file)
             self.replicas[(key, file)] = r
             # The replica's task inherits this context: its log lines carry key and file as
@@ -328,48 +376,79 @@ class Node:
     async def _after_load(self, r: Replica) -> None:
         await r.loaded.wait()
         self.telemetry.baseline(r.key, r.file, r.machine.position.size)
-        # Divergences recorded before a restart may name a node retired since.
-        for node in list(self.retired.nodes):
-            r.forget_peer(node)
+        # Divergences recorded before a restart may name a node removed from [peers] since.
+        for node in set(r.machine.peers) | set(r.machine.diverged):
+            if node not in self.config.peers:
+                r.forget_peer(node)
+
+    def _refuse(self, key: str, reason: str) -> None:
+        """A key this node was asked to replicate (found here, or a peer's) that it cannot:
+        logged once, and listed by status (the first REFUSED_SHOWN of them)."""
+        if key not in self._refused and len(self._refused) < REFUSED_SHOWN:
+            self._refused[key] = reason
+            log.error("key %s is not replicated: %s", printable(key), reason)
+
+    @staticmethod
+    def _new_scanner(config: Config) -> Scanner:
+        return Scanner(config.roots, config.files_of, config.all_files())
 
     def _discover(self, force: bool = False) -> None:
-        # A new key directory changes the runtimes directory's mtime: skip the listing when
-        # it has not (the sweep calls this every second).
-        try:
-            mtime = self.config.runtimes_dir.stat().st_mtime_ns
-        except OSError:
-            mtime = None
-        if not force and mtime is not None and mtime == self._listed_mtime:
+        """Find new instances (the sweep calls this every second: directories that did not
+        change since the last scan are not listed again, see discovery.py)."""
+        scan = self._scanner.scan()
+        self.skipped = scan.skipped
+        for s in scan.skipped:
+            if (str(s.folder), s.reason) not in self._skips_logged:
+                self._skips_logged.add((str(s.folder), s.reason))
+                log.error("%s: key %s is not replicated: %s", printable(str(s.folder)),
+                          s.key or "-", s.reason)
+        if not scan.changed and not force:
             return
-        self._listed_mtime = mtime
-        try:
-            entries = list(os.scandir(self.config.runtimes_dir))
-        except OSError as e:
-            log.error("cannot list runtimes_dir %s: %s", self.config.runtimes_dir, e.strerror)
-            return
-        for entry in entries:
-            if entry.is_dir(follow_symlinks=False) and self.config.wants_key(entry.name):
-                for file in self.config.files_of(entry.name):
-                    self._replica(entry.name, file)
+        for found in scan.instances:
+            if self.config.wants_key(found.key):
+                for file in self.config.files_of(found.key):
+                    self._replica(found.key, file)
+
+    def _discover_soon(self) -> None:
+        """Discover at the next turn of the loop: a burst of hints costs one scan."""
+        if not self._discover_pending:
+            self._discover_pending = True
+            asyncio.get_running_loop().call_soon(self._discover_hinted)
+
+    def _discover_hinted(self) -> None:
+        self._discover_pending = False
+        self._discover()
 
     def _on_hint(self, path: str, gone: bool = False) -> None:
-        try:
-            rel = Path(path).relative_to(self.config.runtimes_dir)
-        except ValueError:
+        roots = self.config.roots
+        place = roots.place(Path(path))
+        if place is None:
             return
-        parts = rel.parts
-        if len(parts) == 1:
-            if self.config.wants_key(parts[0]):
-                for file in self.config.files_of(parts[0]):
-                    r = self._replica(parts[0], file)
-                    if r is not None:
-                        r.hint_local()
-        elif len(parts) == 2:
-            found = self.replicas.get((parts[0], parts[1]))
-            if found is None and Path(path).is_file():
-                found = self._replica(parts[0], parts[1])
+        if place.root is None or not place.parts:
+            self._discover_soon()  # at or above a root: a root may have come or gone
+            return
+        root, parts = place.root, place.parts
+        if len(parts) >= 2:
+            found = self.replicas.get((roots.key_of(root, parts[:-1]), parts[-1]))
             if found is not None:
                 found.hint_local(replaced=gone)
+                return
+        for depth in range(1, min(len(parts), MAX_DEPTH) + 1):
+            if root.path.joinpath(*parts[:depth]) in self._scanner.leaves:
+                if depth == len(parts):  # an instance's directory itself (moved, deleted)
+                    self._hint_below(root.path.joinpath(*parts), gone)
+                return  # inside an instance: resources/, workspace/, ... are no instances
+        if len(parts) > MAX_DEPTH + 1:
+            return  # below the depth where instances are looked for
+        if gone:
+            self._hint_below(root.path.joinpath(*parts), gone)
+        self._discover_soon()
+
+    def _hint_below(self, folder: Path, gone: bool) -> None:
+        """A directory moved or deleted: look again at every replica below it."""
+        for r in self.replicas.values():
+            if r.path.is_relative_to(folder):
+                r.hint_local(replaced=gone)
 
     async def _sweep_forever(self) -> None:
         # The safety net under the watcher: inotify can merge or drop events.
@@ -390,84 +469,121 @@ class Node:
         if not payload:
             return  # a retained message being cleared (`syncd forget`): says nothing
         try:
-            t = frames.parse_topic(self._prefix, topic)
-            if t.sender == self.node:
-                return  # our own live bytes and retained positions echo back: not news
-            if t.kind is not Kind.NODE and t.sender in self.retired:
-                return  # a retired node's frames no longer count (see retire.py)
-            stamp, body = frames.decode(t.kind, payload, max(self.chunk_bytes, 16 << 20),
-                                        self.secret, topic)
+            route = frames.parse_topic(self._prefix, topic)
         except FrameError as e:
             self._reject(topic, str(e))
             return
-        stale = self._guard.check(t.kind, t.sender, t.key, t.file, stamp)
-        if stale is not None:
-            self._reject(topic, stale, t.sender)
+        if route.sender == self._level:
+            return  # our own batches and retained positions echo back: not news
+        if route.channel is Channel.TO and route.to != self._level:
             return
-        self.telemetry.count("received", t.kind.value, len(payload))
-        if t.kind is Kind.NODE:
-            assert isinstance(body, frames.Presence)
-            seen = self.retired.on_presence(t.sender, body.online, body.retired, stamp.ts)
-            if seen is Seen.RETIRE:
-                self._forget(t.sender, stamp.ts)
-                return
-            if seen is Seen.IGNORE:
-                return
-            if seen is Seen.RETURN:
-                self.retired.back(t.sender)
-                self._save_retired()
-                log.warning("retired node %s is back (a fresh presence): replicating with it "
-                            "again", t.sender, extra={"peer": t.sender})
-            was = self.presence.get(t.sender)
-            self.presence[t.sender] = body.online
-            if was != body.online:
-                self.presence_since[t.sender] = time.time()
-                log.info("peer %s is %s", t.sender, "online" if body.online else "offline",
-                         extra={"peer": t.sender})
-                for each in self.replicas.values():
-                    each.deliver(PeerOnline(t.sender, body.online))
+        listed = self._listed.get(route.sender)
+        if listed is None:
+            name = frames.name_of_level(route.sender) or route.sender
+            self._reject(topic, f"from {name!r}, a node not listed in [peers]", route.sender)
             return
-        event = _event(t.kind, t.sender, body)
-        replica = self._replica(t.key, t.file) if event is not None else None
-        if replica is not None and event is not None:
-            if t.kind is Kind.LIVE and replica.machine.frozen is None:
-                assert isinstance(body, frames.Data)
-                self.telemetry.expect(t.key, t.file, t.sender, body.end, stamp.ts,
-                                      replica.machine.position.size)
-            replica.deliver(event)
+        sender, key = listed
+        try:
+            frame = frames.decode(route, payload, sender, max(self.chunk_bytes, 16 << 20), key,
+                                  topic)
+        except FrameError as e:
+            self._reject(topic, str(e), route.sender)
+            return
+        verdict = self._guard.check(route.channel, topic, frame)
+        if verdict.reason is not None:
+            self._reject(topic, verdict.reason, route.sender)
+            return
+        if verdict.online is not None:
+            self._presence_changed(sender, verdict.online)
+        for item in frame.items:
+            self.telemetry.count("received", item.kind.value, item.size)
+            self._deliver(sender, frame, item)
 
-    def _forget(self, node: str, ts: int) -> None:
-        """A retirement notice: drop `node` from presence, every file and the metrics."""
-        self.retired.retire(node, ts)
-        self._save_retired()
+    def _deliver(self, sender: str, frame: frames.Frame, item: frames.Item) -> None:
+        event = _event(item.kind, sender, item.payload)
+        if event is None:
+            return
+        if item.kind in _CLAIMS and not self.config.may_write(item.key, sender):
+            # The key's `writers` do not include the sender: its positions (which would make
+            # us fetch from it) do not count here, and bytes it sends are refused.
+            if item.kind is not Kind.POS:
+                self._reject(f"{item.key}/{item.file}", f"{sender} is not among the writers "
+                             f"of {item.key}", frames.level(sender))
+            return
+        replica = self._replica(item.key, item.file)
+        if replica is None:
+            return
+        if item.kind is Kind.LIVE and replica.machine.frozen is None:
+            assert isinstance(item.payload, frames.Data)
+            self.telemetry.expect(item.key, item.file, sender, item.payload.end, frame.ts,
+                                  replica.machine.position.size)
+        if isinstance(event, PeerRequest) and not self._within_budget(event, replica):
+            return  # dropped and counted; the requester asks again after its timeout
+        replica.deliver(event)
+
+    def _within_budget(self, event: PeerRequest, replica: Replica) -> bool:
+        """Whether to serve a peer's request (syncd/budget.py); logs drops once a minute."""
+        r, now = event.request, time.monotonic()
+        cost = serve_cost(r.have, r.start, r.length, replica.machine.held, self.fetch_window)
+        if self.budgets.admit(event.peer, cost, now):
+            return True
+        line = self.budgets.report(event.peer, now)
+        if line is not None:
+            log.warning("%s", line, extra={"peer": event.peer})
+        return False
+
+    @property
+    def _listed(self) -> dict[str, tuple[str, Any]]:
+        """Topic level -> (node, public key) of every peer in [peers] but us."""
+        config = self.config
+        if self._listed_for is not config:
+            self._listed_cache = {frames.level(n): (n, k) for n, k in config.peer_keys().items()
+                                  if n != self.node}
+            self._listed_for = config
+        return self._listed_cache
+
+    def _presence_changed(self, node: str, online: bool) -> None:
+        if self.presence.get(node) == online:
+            return
+        self.presence[node] = online
+        self.presence_since[node] = time.time()
+        log.info("peer %s is %s", node, "online" if online else "offline",
+                 extra={"peer": node})
+        for each in self.replicas.values():
+            each.deliver(PeerOnline(node, online))
+
+    def _unlist(self, node: str) -> None:
+        """A node removed from [peers]: drop it from presence, every file and the metrics."""
         self.presence.pop(node, None)
+        self.presence_since.pop(node, None)
         self.telemetry.forget(node)
+        self.budgets.forget(node)
         for r in self.replicas.values():
             if r.loaded.is_set():  # else _after_load does it
                 r.forget_peer(node)
-        log.warning("node %s was retired (syncd forget): dropped from status and metrics",
-                    node, extra={"peer": node})
-
-    def _save_retired(self) -> None:
-        try:
-            retire.save(self.state_dir, self.retired)
-        except OSError as e:
-            log.error("cannot record retired nodes in %s: %s", self.state_dir, e)
+        log.warning("node %s is no longer in [peers]: dropped from status and metrics, its "
+                    "frames are refused", node, extra={"peer": node})
 
     def _reject(self, topic: str, reason: str, sender: str | None = None) -> None:
         self.rejected += 1
         self.telemetry.reject(reason)
         now = time.monotonic()
-        # One line per 10 s at most: a hostile client must not flood the log.
-        if now - self._last_reject_log >= 10:
-            self._last_reject_log = now
+        # One line per sender per minute at most: a hostile client must not flood the log.
+        who = sender or ""
+        if now - self._last_reject_log.get(who, -60.0) >= 60:
+            if len(self._last_reject_log) > 1000:
+                self._last_reject_log.clear()
+            self._last_reject_log[who] = now
             log.warning("rejected frame on %r: %s (%d rejected so far)", topic[:200], reason,
-                        self.rejected, extra={"peer": sender} if sender else None)
+                        self.rejected)
 
     # --- control socket ---------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
         files = [r.status() for _, r in sorted(self.replicas.items())]
+        skipped = [s.to_json() for s in self.skipped]
+        skipped += [{"key": printable(k), "path": None, "reason": why}
+                    for k, why in sorted(self._refused.items())]
         ready = sum(1 for f in files if f["ready"])
         now = time.monotonic()
         for f in files:
@@ -488,82 +604,13 @@ class Node:
                       for n, o in sorted(self.presence.items())},
             "ready_count": {"yes": ready, "no": len(files) - ready},
             "rejected_frames": self.rejected,
+            "peer_budgets": self.budgets.status(),
             "uptime_s": round(time.time() - self.started, 1),
             "files": files,
+            # Directories that would be instances but cannot be replicated: `syncd status`
+            # shows each as state "error" with its reason.
+            "skipped": skipped,
         }
-
-    async def _serve_control(self, reader: asyncio.StreamReader,
-                             writer: asyncio.StreamWriter) -> None:
-        try:
-            line = await asyncio.wait_for(reader.readline(), timeout=5)
-            request = orjson.loads(line) if line.strip() else {}
-            cmd = request.get("cmd") if isinstance(request, dict) else None
-            if cmd == "status":
-                reply: dict[str, Any] = {"ok": True, "status": self.status()}
-            elif cmd == "adopt":
-                reply = await self._adopt(request, writer)
-            elif cmd == "reload":
-                expected = request.get("config")
-                reply = await self.reload_from_source(expected if isinstance(expected, str)
-                                                      else None)
-            else:
-                reply = {"ok": False, "error": f"unknown command {cmd!r}"}
-            writer.write(orjson.dumps(reply) + b"\n")
-            await writer.drain()
-        except (TimeoutError, orjson.JSONDecodeError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-
-    async def _adopt(self, request: dict[str, Any], writer: asyncio.StreamWriter
-                     ) -> dict[str, Any]:
-        """Operator's resolution: archive our copies of KEY and take SOURCE's (streams progress).
-
-        SOURCE may be this node: then our copy as it is now becomes the truth again (after a
-        deliberate reset, say) and the peers that hold another history show as diverged until
-        they adopt ours.
-        """
-        key, source = request.get("key"), request.get("source")
-        if not isinstance(key, str) or not self.config.wants_key(key):
-            return {"ok": False, "error": f"{key!r} is not an instance key this node replicates"}
-        if not isinstance(source, str):
-            return {"ok": False, "error": "no source node given"}
-        if source != self.node:
-            if source not in self.presence:
-                known = ", ".join(sorted(self.presence)) or "none"
-                return {"ok": False, "error": f"unknown node {source!r} (known peers: {known})"}
-            if not self.presence[source]:
-                return {"ok": False, "error": f"{source} is offline; its copy cannot be fetched "
-                                              "now"}
-        replicas = [r for f in self.config.files_of(key)
-                    if (r := self._replica(key, f)) is not None]
-        for r in replicas:
-            await r.loaded.wait()
-            if source != self.node and source not in r.machine.peers:
-                return {"ok": False, "error": f"{source} has announced no copy of {r.name}"}
-        results = []
-        for r in replicas:
-            done: asyncio.Future[dict[str, object]] = asyncio.get_running_loop().create_future()
-            r.adopt(source, done)
-            last, moved_at = -1, time.monotonic()
-            while not done.done():
-                have, total = r.machine.adoption_progress()
-                if have != last:
-                    last, moved_at = have, time.monotonic()
-                elif time.monotonic() - moved_at > ADOPT_STALL_SECONDS:
-                    return {"ok": False, "error": (
-                        f"{r.name}: no progress from {source} for {ADOPT_STALL_SECONDS}s "
-                        f"(at {have} of {total} bytes); the local copy is already archived and "
-                        "the fetch goes on in the background: watch syncd status")}
-                writer.write(orjson.dumps({"progress": {"file": r.name, "done": have,
-                                                        "total": total}}) + b"\n")
-                await writer.drain()
-                await asyncio.wait([done], timeout=0.2)
-            result = done.result()
-            if "error" in result:
-                return {"ok": False, "error": f"{r.name}: {result['error']}"}
-            results.append(result)
-        return {"ok": True, "adopted": results}
 
 
 def _same_file(a: str | Path, b: str | Path) -> bool:

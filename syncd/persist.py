@@ -1,9 +1,15 @@
-"""What survives a restart, per replicated file, under `state_dir/files/<key>/`.
+"""What survives a restart, per replicated file, under `state_dir/files/<encoded key>/`.
 
     <file>.json    size, identity (dev, inode, mtime, ctime) and partial-block digest of the
                    copy when it was last recorded, and the freeze, if any (atomic rename)
     <file>.chain   the ledger's chain values, 32 bytes each; only ever appended to, except
                    when the ledger is rebuilt after a detected edit
+
+    <file>.verify  the incremental log check's state (readiness.py)
+
+The key is percent-encoded into a directory name (statepath.py): a nested key such as
+`onebot_123/group_456` is one directory, `onebot_123%2Fgroup_456`, and a key of the old flat
+form (`bot-1`) is its own encoding, so records written before nesting existed still load.
 
 A restart trusts the chain only if the file's identity is unchanged (git's index does the same;
 ctime cannot be set from user space), and otherwise rehashes the file before replicating it.
@@ -18,6 +24,7 @@ from typing import Any
 
 import orjson
 
+from syncd import statepath
 from syncd.ledger import DIGEST_SIZE
 
 VERSION = 1
@@ -68,8 +75,12 @@ class RecordStore:
         self.root = state_dir / "files"
         self._chain_written: dict[tuple[str, str], int] = {}
 
+    def folder(self, key: str) -> Path:
+        """The directory of `key`'s records (every file of state that names a key is in it)."""
+        return statepath.key_dir(self.root, key)
+
     def _paths(self, key: str, file: str) -> tuple[Path, Path]:
-        d = self.root / key
+        d = self.folder(key)
         return d / f"{file}.json", d / f"{file}.chain"
 
     def load(self, key: str, file: str) -> tuple[FileRecord, list[bytes]] | None:

@@ -108,7 +108,7 @@ class Replica:
         self.path = path
         self.machine = Machine(host.node, key, file, host.role_of(key), host.tuning(),
                                online=host.presence)
-        self.verifier = IncrementalVerifier(path, host.records.root / key / f"{file}.verify")
+        self.verifier = IncrementalVerifier(path, host.records.folder(key) / f"{file}.verify")
         self.loaded = asyncio.Event()  # set once the start-up check is done (even if it failed)
         self._inbox: deque[Event] = deque()
         self._look_pending = False
@@ -119,6 +119,7 @@ class Replica:
         self._timer_at: float | None = None
         self._swept: tuple[int, int, int, int] | None = None
         self._verifier_restored = False
+        self._unsendable = False  # logged that the link refused this file's topic
 
     @property
     def name(self) -> str:
@@ -266,7 +267,16 @@ class Replica:
         for e in effects:
             match e:
                 case Send(kind=kind, payload=payload, to=to, retain=retain):
-                    self.host.send(kind, self.key, self.file, payload, to=to, retain=retain)
+                    try:
+                        self.host.send(kind, self.key, self.file, payload, to=to,
+                                       retain=retain)
+                    except ValueError as err:
+                        # A topic the broker client refuses (a key holding '+' or '#' while
+                        # topics carry names as they are): the file stays served locally, the
+                        # rest of the effects still run, and the log says why, once.
+                        if not self._unsendable:
+                            self._unsendable = True
+                            log.error("%s: cannot publish: %s", self.name, err)
                 case Append():
                     await self._handle(self._append(e))
                 case Sync(local=local):

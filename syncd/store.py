@@ -1,20 +1,78 @@
 """Blocking file I/O on one local copy. Small functions; the replica decides when to call them.
 
 Files are opened per operation (a host may carry thousands of keys; holding descriptors would
-exhaust the limit, and a fresh open always sees the current inode).
+exhaust the limit, and a fresh open always sees the current inode). Every open goes through
+`open_file`: no symbolic link is followed (neither the file nor its key directory may be one)
+and only a regular file is accepted, so a copy replaced by a link to a secret elsewhere, or by
+a FIFO, is refused with an error that says so, never read, shipped or appended to.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import stat as stat_mode
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from syncd.errors import ConcurrentWrite, FileReplaced, FileShrank
+from syncd.errors import ConcurrentWrite, FileReplaced, FileShrank, SyncdError
 from syncd.ledger import BLOCK, Ledger
 
 READ_CHUNK = 1 << 20
+_KINDS = {stat_mode.S_IFDIR: "a directory", stat_mode.S_IFIFO: "a FIFO",
+          stat_mode.S_IFSOCK: "a socket", stat_mode.S_IFCHR: "a character device",
+          stat_mode.S_IFBLK: "a block device"}
+
+
+class NotRegularFile(SyncdError, OSError):
+    """The path is a symbolic link (or lies in a directory that is one), or is no regular file:
+    syncd neither reads nor writes it. An OSError (ELOOP, or EINVAL for other kinds), so every
+    caller that reports I/O errors reports this one too; `strerror` is the whole explanation."""
+
+
+def open_file(path: Path, flags: int = os.O_RDONLY, mode: int = 0o666, *,
+              key_dir: bool = True) -> int:
+    """A descriptor on `path`, which must be a regular file reached through no symbolic link:
+    neither `path` nor, with `key_dir`, its parent directory may be a link. Raises
+    NotRegularFile otherwise (FileNotFoundError when absent). The checks are made on the
+    descriptor returned, so a name swapped for a link afterwards changes nothing."""
+    flags |= os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # a FIFO must not block the open
+    parent = None
+    if key_dir:
+        try:
+            parent = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+                             | os.O_CLOEXEC)
+        except OSError as e:
+            if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise NotRegularFile(errno.ELOOP, f"{path.parent} is a symbolic link or not a "
+                                     "directory; syncd follows no symbolic links",
+                                     str(path.parent)) from None
+            raise
+    try:
+        fd = os.open(path.name if parent is not None else path, flags, mode, dir_fd=parent)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise NotRegularFile(errno.ELOOP, f"{path} is a symbolic link; syncd follows no "
+                                 "symbolic links (nothing read or written)", str(path)) from None
+        if e.errno == errno.ENXIO:  # a FIFO without a reader, opened for writing
+            raise NotRegularFile(errno.EINVAL, f"{path} is a FIFO, not a regular file",
+                                 str(path)) from None
+        raise
+    finally:
+        if parent is not None:
+            os.close(parent)
+    try:
+        kind = stat_mode.S_IFMT(os.fstat(fd).st_mode)
+        if kind != stat_mode.S_IFREG:
+            raise NotRegularFile(errno.EINVAL, f"{path} is {_KINDS.get(kind, 'not a file')}, "
+                                 "not a regular file; syncd reads and writes regular files only",
+                                 str(path))
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,11 +89,11 @@ class Stat:
 
 
 class _Reader:
-    """A read-only descriptor that never follows a symbolic link in the last component: a
-    replicated file that is a link (to /etc/shadow, say) is refused, not shipped."""
+    """A read-only descriptor on a regular file reached through no symbolic link: a replicated
+    file that is a link (to /etc/shadow, say) is refused, not shipped."""
 
     def __init__(self, path: Path) -> None:
-        self.fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        self.fd = open_file(path)
 
     def __enter__(self) -> int:
         return self.fd
@@ -87,9 +145,9 @@ def snapshot(path: Path, ranges: tuple[tuple[int, int], ...], line_end_from: int
     """The file's stat, the bytes of each range (shorter where the file is shorter) and,
     when asked, the end of its last whole line past `line_end_from`: all through one
     descriptor, so that they describe one file even if the name is replaced meanwhile.
-    A missing file gives (None, {}, None); a symbolic link is refused (ELOOP)."""
+    A missing file gives (None, {}, None); a symbolic link is refused (NotRegularFile)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = open_file(path)
     except FileNotFoundError:
         return None, {}, None
     try:
@@ -122,13 +180,13 @@ def append_at(path: Path, offset: int, data: bytes, inode: tuple[int, int] | Non
     batch). Raises FileReplaced when the name now holds another file, ConcurrentWrite when
     the size is not `offset` before or `offset + len(data)` after, OSError otherwise (with
     nothing partial left behind)."""
-    flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+    flags = os.O_WRONLY | os.O_APPEND
     if inode is None:
         flags |= os.O_CREAT | os.O_EXCL
     try:
         # The umask decides the mode: under the systemd unit (UMask=0007) a copy created here
         # is group-writable, so the bot's user can take it over after a failover.
-        fd = os.open(path, flags, 0o666)
+        fd = open_file(path, flags, 0o666)
     except FileExistsError:
         raise FileReplaced(f"{path} was created by someone else meanwhile") from None
     except FileNotFoundError:
@@ -172,7 +230,7 @@ def _undo_partial_append(fd: int, offset: int, written: int) -> None:
 def sync(path: Path) -> None:
     """fsync a file we only read (the local writer's bytes) before announcing them."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = open_file(path)
     except FileNotFoundError:
         return
     try:

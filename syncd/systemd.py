@@ -101,6 +101,9 @@ def summary(status: Mapping[str, Any]) -> str:
     for rare in ("reset", "paused", "error", "verifying"):
         if rare in states:
             parts.append(f"{states.count(rare)} {rare}")
+    if skipped := len(status.get("skipped", [])):  # directories that cannot be replicated
+        parts.append(f"{skipped} {'directory' if skipped == 1 else 'directories'} not "
+                     "replicated")
     state = "connected" if status["connected"] else "DISCONNECTED"
     parts.append(f"broker {status['broker']} {state}")
     return ", ".join(parts)

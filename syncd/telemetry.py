@@ -29,19 +29,23 @@ BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.
 MAX_PENDING = 4096  # live frames awaiting durability, per file (older ones are not observed)
 MAX_GROWTH = 4096  # growth points kept per file for lag in seconds (then merged pairwise)
 
-REJECT_REASONS = ("auth", "malformed", "too_large", "topic", "replay")
+REJECT_REASONS = ("auth", "unlisted", "writers", "malformed", "too_large", "topic", "replay")
 
 
 def reject_reason(message: str) -> str:
     """A small, stable label for why a frame was refused (the message itself is logged)."""
     text = message.lower()
-    if "authentication tag" in text:
+    if "bad signature" in text:
         return "auth"
+    if "not listed in [peers]" in text:
+        return "unlisted"
+    if "not among the writers" in text:
+        return "writers"
     if "exceeds" in text:
         return "too_large"
     if "topic" in text or "invalid name" in text:
         return "topic"
-    if "replayed" in text or "session" in text or "sequence" in text:
+    if "replayed" in text or "earlier run" in text or "sequence" in text:
         return "replay"
     return "malformed"
 

@@ -3,7 +3,9 @@
 Every event is only a hint: "look at this path again". The replica decides with fstat. The
 kernel merges identical unread events and drops everything on queue overflow, so hints are
 never counted and the node's periodic stat sweep catches whatever never arrived.
-One recursive watch (each watchdog `schedule()` costs a thread).
+One recursive watch per directory given (each watchdog `schedule()` costs a thread): the
+runtimes root, or with several roots each fixed root and the directory a glob lists (so that
+a profile created later is seen too).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 from watchdog.events import (
     DirCreatedEvent,
+    DirDeletedEvent,
     DirMovedEvent,
     FileCreatedEvent,
     FileDeletedEvent,
@@ -47,8 +50,8 @@ def _text(path: Any) -> str:
 
 
 class Watcher:
-    def __init__(self, root: Path, hint: Hint) -> None:
-        self._root = root
+    def __init__(self, roots: list[Path], hint: Hint) -> None:
+        self._roots = roots
         self._hint = hint
         self._observer: Any = None
 
@@ -57,9 +60,12 @@ class Watcher:
         observer = Observer()
         # Only what can change a file's bytes or existence: our own reads open and close the
         # files all the time, and open/close events would wake us for nothing.
-        observer.schedule(_Bridge(loop, self._hint), str(self._root), recursive=True,
-                          event_filter=[FileModifiedEvent, FileCreatedEvent, FileDeletedEvent,
-                                        FileMovedEvent, DirCreatedEvent, DirMovedEvent])
+        bridge = _Bridge(loop, self._hint)
+        for root in self._roots:
+            observer.schedule(bridge, str(root), recursive=True,
+                              event_filter=[FileModifiedEvent, FileCreatedEvent,
+                                            FileDeletedEvent, FileMovedEvent, DirCreatedEvent,
+                                            DirMovedEvent, DirDeletedEvent])
         observer.daemon = True
         observer.start()
         self._observer = observer

@@ -48,8 +48,7 @@ DIVERGENCE_FAULTS = ["hand_edit", "truncate", "delete_recreate"]
 # --partitions: each host in a network namespace of its own (tests/netns.py; needs root).
 PARTITION_FAULTS = ["partition_replica", "partition_writer"]
 # --nats: the broker is a 3-member NATS cluster (tests/nats.py); its members die and return
-# instead of a broker restart. syncd's topics hold file names and NATS refuses a '.', so
-# the file replicated there is `events` until wire format v3 encodes topic levels.
+# instead of a broker restart.
 NATS_FAULTS = ["member_loss", "member_loss_writers"]
 BROKER_FAULTS = ["broker_restart", "broker_restart_persistent"]
 
@@ -140,7 +139,7 @@ class Chaos:
         self.rng = random.Random(seed)
         self.summary = Summary(seed)
         self.big_line_size = big_line
-        self.file = "events" if nats else "events.jsonl"
+        self.file = "events.jsonl"
         self.kinds = [k for k in MAIN_FAULTS if not (nats and k in BROKER_FAULTS)]
         self.kinds += DIVERGENCE_FAULTS
         self.net: netns.Net | None = None
@@ -150,7 +149,6 @@ class Chaos:
             self.cluster = NatsCluster(root / "nats")
             ends = self.cluster.endpoints
             self.daemons = {n: Daemon(root, n, None, log_level="info", brokers=ends[i:] + ends[:i],
-                                      extra='files = ["events"]\n',
                                       mqtt_extra="subscribe_qos = 0\n")
                             for i, n in enumerate("abc")}
             for d in self.daemons.values():

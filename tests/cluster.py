@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -12,11 +13,16 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from syncd.control import ControlError, query
+from syncd.identity import Identity, identity_from_seed, write_identity
 
-TEST_SECRET = "test-cluster-secret-0123456789abcdef\n"
+
+def node_identity(node: str, generation: str = "") -> Identity:
+    """A deterministic signing key per node name (and `generation`, for a rotated key)."""
+    return identity_from_seed(hashlib.sha256(f"syncd-test:{node}:{generation}".encode())
+                              .digest())
 
 
 def free_port() -> int:
@@ -99,13 +105,22 @@ def _where(broker: Broker | None, brokers: Sequence[str]) -> str:
 
 
 class Daemon:
-    """One `syncd run` process with its own runtimes and state directories."""
+    """One `syncd run` process with its own runtimes and state directories.
+
+    [peers] lists the usual test node names and every daemon made under the same `root`,
+    each with its deterministic test key, as an operator would list every host; a daemon made
+    with `listed=False` is in nobody's [peers] but its own.
+    """
+
+    USUAL_NODES = ("a", "b", "c", "d", "e", "x", "host-a", "host-b", "host-c")
+
+    _clusters: ClassVar[dict[Path, list[Daemon]]] = {}
 
     TEST_TUNING = "sweep_interval = 0.2\nrequest_timeout = 1.0\n"
 
     def __init__(self, root: Path, node: str, broker: Broker | None, extra: str = "",
                  tuning: str = TEST_TUNING, log_level: str = "debug",
-                 env: dict[str, str] | None = None, secret: str = TEST_SECRET,
+                 env: dict[str, str] | None = None, listed: bool = True,
                  mqtt_extra: str = "", args: Sequence[str] = (),
                  brokers: Sequence[str] = (), prefix: Sequence[str] = ()) -> None:
         """`brokers`: ["host:port", ...] for `[mqtt] brokers`, instead of `broker`'s port;
@@ -120,15 +135,16 @@ class Daemon:
         self.runtimes = self.root / "runtimes"
         self.state = self.root / "state"
         self.runtimes.mkdir(parents=True, exist_ok=True)
-        self.secret = self.root / "cluster.key"
-        self.secret.write_text(secret)
-        self.secret.chmod(0o600)
+        self.identity_file = self.root / "identity.key"
+        self.identity = node_identity(node)
+        write_identity(self.identity_file, self.identity)
+        self.listed = listed
         self.config = self.root / "syncd.toml"
-        self.config.write_text(
+        self._config_text = (
             f'node = "{node}"\n'
             f'runtimes_dir = "{self.runtimes}"\n'
             f'state_dir = "{self.state}"\n'
-            f'secret_file = "{self.secret}"\n'
+            f'identity_file = "{self.identity_file}"\n'
             f"{tuning}"
             f"{extra}\n"
             "[mqtt]\n"
@@ -138,8 +154,32 @@ class Daemon:
             "reconnect_max = 0.5\n"
             f"{mqtt_extra}"
         )
+        siblings = self._clusters.setdefault(root, [])
+        siblings[:] = [d for d in siblings if d.node != node]
+        siblings.append(self)
+        for each in siblings:
+            each.write_config()
         self.log = self.root / "syncd.log"
         self.proc: subprocess.Popen[bytes] | None = None
+
+    def peers(self) -> dict[str, str]:
+        """[peers] as written: every listed daemon of this cluster, and this one."""
+        cluster = self._clusters[self.root.parent]
+        unlisted = {d.node for d in cluster if not d.listed and d is not self}
+        peers = {n: node_identity(n).public for n in self.USUAL_NODES if n not in unlisted}
+        peers.update((d.node, d.identity.public) for d in cluster if d.listed or d is self)
+        return peers
+
+    def write_config(self, peers: dict[str, str] | None = None) -> None:
+        """(Re)write the config; `peers` replaces the [peers] table (default: the cluster)."""
+        lines = "".join(f'"{n}" = "{k}"\n' for n, k in (peers or self.peers()).items())
+        self.config.write_text(self._config_text + "\n[peers]\n" + lines)
+
+    def edit_config(self, old: str, new: str) -> None:
+        """Replace `old` by `new` in the config, for good (a new sibling rewrites the file)."""
+        assert old in self._config_text, old
+        self._config_text = self._config_text.replace(old, new)
+        self.write_config()
 
     def path(self, key: str, file: str = "events.jsonl") -> Path:
         return self.runtimes / key / file

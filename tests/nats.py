@@ -14,7 +14,7 @@ What NATS needs for MQTT in a cluster, and what this harness sets (`member_confi
   cluster size, up to 3; set it so that a member lost never loses a retained message);
 - `mqtt.max_ack_pending`: QoS 1 messages sent to one subscription before its PUBACKs; the sum
   over a session's subscriptions may not exceed 65535 (a subscription ending in `#` counts
-  twice), or the SUBACK refuses the subscription. syncd subscribes to 8 filters;
+  twice), or the SUBACK refuses the subscription. syncd subscribes to 4 filters;
 - `max_payload: 1MB` (NATS's default, stated): a larger PUBLISH closes the connection.
 - MQTT consumers keep NATS's defaults (as many replicas as the stream, on disk): each QoS 1
   subscription is a JetStream consumer, and one with a single replica
@@ -36,7 +36,8 @@ connection and every 300 s).
 Limits of NATS's MQTT that matter to syncd: QoS 0 and 1 only (a QoS 2 subscription is
 downgraded, a QoS 2 publish refused); MQTT 3.1.1 only (a v5 CONNECT is refused); a topic with
 `.` or a space in it is refused (NATS subjects use `.` between tokens) and the connection is
-closed, which is why syncd's topic levels must be an encoding of names, not the names.
+closed, which is why syncd's topic levels are encodings of names (wire format v3), not the
+names.
 
 Readiness is a condition, never a sleep: every member answers `/healthz` (JetStream current)
 on its monitoring port and accepts an MQTT connection (CONNACK 0: JetStream and the MQTT
@@ -64,7 +65,7 @@ import paho.mqtt.client as mqtt
 
 from tests.cluster import free_port, wait_until
 
-MAX_ACK_PENDING = 4000  # 8 subscriptions x 4000 x 2 (were they all '#') < 65535
+MAX_ACK_PENDING = 4000  # room for 8 subscriptions x 4000 x 2 (were they all '#') < 65535
 
 
 def nats_binary() -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import ssl
 import subprocess
@@ -12,28 +13,31 @@ from click.testing import CliRunner, Result
 
 from syncd.brokercheck import classify_connect_error
 from syncd.cli.main import main
+from syncd.identity import write_identity
 from tests.certs import CA
-from tests.cluster import TEST_SECRET, Broker, free_port
+from tests.cluster import Broker, free_port, node_identity
 
 
 def setup(tmp_path: Path, extra: str = "", mqtt: str = "") -> Path:
-    (tmp_path / "runtimes" / "bot-1").mkdir(parents=True)
-    (tmp_path / "runtimes" / "bot-2").mkdir()
-    (tmp_path / "runtimes" / "scratch").mkdir()
-    secret = tmp_path / "cluster.key"
-    secret.write_text(TEST_SECRET)
-    secret.chmod(0o600)
+    for key in ("bot-1", "bot-2", "scratch"):
+        (tmp_path / "runtimes" / key).mkdir(parents=True)
+        (tmp_path / "runtimes" / key / "events.jsonl").write_bytes(b"")
+    (tmp_path / "runtimes" / "no-memory-yet").mkdir()  # not an instance (yet)
+    write_identity(tmp_path / "identity.key", node_identity("host-a"))
     config = tmp_path / "syncd.toml"
     config.write_text(
         'node = "host-a"\n'
         'runtimes_dir = "runtimes"\n'
         'state_dir = "state/syncd"\n'
-        'secret_file = "cluster.key"\n'
+        'identity_file = "identity.key"\n'
         'exclude = ["scratch"]\n'
         f"{extra}"
         "[mqtt]\n"
         'host = "broker.internal"\n'
         f"{mqtt}"
+        "[peers]\n"
+        f'host-a = "{node_identity("host-a").public}"\n'
+        f'host-b = "{node_identity("host-b").public}"\n'
     )
     return config
 
@@ -47,15 +51,63 @@ def test_good_config(tmp_path: Path) -> None:
     result = check(config)
     assert result.exit_code == 0, result.output
     assert result.stdout == (f"config OK: node host-a, 2 keys found under "
-                             f"{tmp_path / 'runtimes'}\n")
+                             f"{tmp_path / 'runtimes'}, up to 4 levels deep (1 more excluded "
+                             "by include/exclude)\n")
     assert not (tmp_path / "state").exists()  # checked, not created
+
+
+def test_every_key_is_counted_under_several_roots_and_every_skip_named(
+    tmp_path: Path,
+) -> None:
+    config = setup(tmp_path)
+    profiles = tmp_path / "profiles"
+    keys = ["main", "onebot_123/group_456", "onebot_123/group_789", "cross_大厅", "x+y#z",
+            "matrix_@bot_example.org_!room_example.org", "onebot_123 456", "UPPER.lower"]
+    for n, key in enumerate(keys):
+        folder = profiles / ("alice", "bob")[n % 2] / "runtimes" / key
+        folder.mkdir(parents=True)
+        (folder / "events.jsonl").write_bytes(b"")
+    (profiles / "alice" / "runtimes" / "main" / "resources" / "events.jsonl").mkdir(
+        parents=True)  # inside an instance: not counted
+    bad = profiles / "bob" / "runtimes" / os.fsdecode(b"\xfe\xff")
+    bad.mkdir()
+    (bad / "events.jsonl").write_bytes(b"")
+    (profiles / "carol").mkdir()  # no runtimes: not a root
+    config.write_text(config.read_text().replace(
+        'runtimes_dir = "runtimes"', 'runtimes_dir = "profiles/*/runtimes"').replace(
+        'exclude = ["scratch"]', 'exclude = ["bob/UPPER.*"]'))
+    result = check(config)
+    assert result.exit_code == 0, result.output
+    alice, bob = profiles / "alice" / "runtimes", profiles / "bob" / "runtimes"
+    assert result.stdout.splitlines() == [
+        f"config OK: node host-a, 7 keys found under {profiles}/*/runtimes, up to 4 levels "
+        "deep (1 more excluded by include/exclude)",
+        f"roots (each key starts with its root's name): alice = {alice}, bob = {bob}",
+        "1 directory skipped, not replicated:",
+        f"  {bob}/\\xfe\\xff (key bob/\\xfe\\xff): component '\\xfe\\xff': not valid UTF-8",
+    ]
+
+
+def test_missing_roots_are_reported_with_their_line(tmp_path: Path) -> None:
+    config = setup(tmp_path)
+    config.write_text(config.read_text().replace(
+        'runtimes_dir = "runtimes"', 'runtimes_dir = "nowhere/*/runtimes"')
+        + '[roots]\nalice = "runtimes"\nbob = "gone"\n')
+    result = check(config)
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [
+        f"syncd: config error: {config}:2: runtimes_dir: {tmp_path}/nowhere does not exist or "
+        "is not a directory",
+        f"syncd: config error: {config}:13: roots.bob: {tmp_path}/gone does not exist or is not "
+        "a directory",
+    ]
 
 
 def test_every_path_problem_is_reported_with_its_line(tmp_path: Path) -> None:
     config = setup(tmp_path, mqtt='password_file = "nowhere"\ntls_ca_file = "ca.pem"\n')
     (tmp_path / "runtimes").rename(tmp_path / "elsewhere")
     (tmp_path / "state").write_text("a file where a directory should be")
-    (tmp_path / "cluster.key").chmod(0o644)
+    (tmp_path / "identity.key").chmod(0o644)
     result = check(config)
     assert result.exit_code == 2
     lines = result.stderr.splitlines()
@@ -63,7 +115,7 @@ def test_every_path_problem_is_reported_with_its_line(tmp_path: Path) -> None:
         rf"{config}:2: runtimes_dir: {tmp_path}/runtimes does not exist",
         rf"{config}:3: state_dir: {tmp_path}/state/syncd does not exist and cannot be created: "
         rf"{tmp_path}/state is not writable",
-        rf"{config}:4: secret_file {tmp_path}/cluster.key is readable or writable by others",
+        rf"{config}:4: identity_file {tmp_path}/identity.key is readable or writable by others",
         rf"{config}:8: mqtt.password_file: cannot read {tmp_path}/nowhere",
         rf"{config}:9: mqtt.tls_ca_file: cannot load {tmp_path}/ca.pem",
     ]
@@ -112,7 +164,7 @@ def test_broker_check_passes_on_an_open_broker(tmp_path: Path, broker: Broker) -
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines()[1] == (
         f"broker OK: connected to 127.0.0.1:{broker.port} as (anonymous); subscriptions "
-        "granted; live probe published and read back; largest frame (266279 bytes) "
+        "granted; live probe published and read back; largest frame (266311 bytes) "
         "accepted; retained probe kept (and cleared)")
 
 
@@ -138,10 +190,10 @@ def test_broker_check_checks_every_listed_broker_and_names_the_unreachable(
     assert result.exit_code == 1, result.output
     assert result.stdout.splitlines()[1:] == [
         f"broker OK: connected to [::1]:{broker.port} as (anonymous); subscriptions granted; "
-        "live probe published and read back; largest frame (266279 bytes) accepted; retained "
+        "live probe published and read back; largest frame (266311 bytes) accepted; retained "
         "probe kept (and cleared)",
         f"broker OK: connected to 127.0.0.1:{broker.port} as (anonymous); subscriptions "
-        "granted; live probe published and read back; largest frame (266279 bytes) accepted; "
+        "granted; live probe published and read back; largest frame (266311 bytes) accepted; "
         "retained probe kept (and cleared)",
         f"brokers: 2 of 3 reachable and usable: [::1]:{broker.port}, 127.0.0.1:{broker.port}; "
         f"NOT usable: 127.0.0.1:{down}",
@@ -163,7 +215,7 @@ def test_broker_check_names_an_acl_that_drops_our_publishes(tmp_path: Path) -> N
         broker.stop()
     assert result.exit_code == 1, result.output
     assert result.stderr.startswith("syncd: broker check failed: acl: a probe published on "
-                                    "test/syncd/live/host-a/syncd-check/"), result.stderr
+                                    "test/syncd/a/host-a/syncd-check/"), result.stderr
     assert "drops this node's publishes (an ACL" in result.stderr
 
 
@@ -173,7 +225,7 @@ def test_broker_check_names_a_packet_limit_below_the_largest_frame(tmp_path: Pat
     try:
         result = check_broker(broker_config(tmp_path, broker))
         assert result.exit_code == 1, result.output
-        assert "broker check failed: packet_limit: a probe of 266279 bytes" in result.stderr
+        assert "broker check failed: packet_limit: a probe of 266311 bytes" in result.stderr
         # Frames that fit pass.
         small = broker_config(tmp_path / "small", broker)
         small.write_text(small.read_text().replace("[mqtt]", "chunk_bytes = 65536\n[mqtt]"))

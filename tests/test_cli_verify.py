@@ -464,7 +464,9 @@ def test_unknown_and_invalid_keys(config_file: Path) -> None:
     )
     result = run("verify", "../bot-1", "--config", str(config_file))
     assert result.exit_code == 2
-    assert result.stderr == "syncd verify: ../bot-1: neither a file nor a valid instance key\n"
+    assert result.stderr == ("syncd verify: ../bot-1: neither a file nor a valid instance key: "
+                             "component '..': not a name ('.' and '..' are a directory itself "
+                             "and its parent)\n")
 
 
 def test_broken_config(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ GOOD = """\
 node = "host-a"
 runtimes_dir = "/srv/runtimes"
 state_dir = "state"
-secret_file = "cluster.key"
+identity_file = "identity.key"
 
 [mqtt]
 host = "broker.local"
@@ -28,13 +28,27 @@ def write(tmp_path: Path, text: str) -> Path:
 def test_minimal_config_and_defaults(tmp_path: Path) -> None:
     c = load_config(write(tmp_path, GOOD))
     assert c.node == "host-a"
-    assert c.runtimes_dir == Path("/srv/runtimes")
+    assert c.key_dir("bot-1") == Path("/srv/runtimes/bot-1")  # one root: keys unprefixed
     assert c.state_dir == tmp_path / "state"  # relative to the config file
     assert c.mqtt.topic_prefix == "site/syncd"
     assert c.client_id == "syncd-host-a"
     assert c.files == ("events.jsonl",)
     assert c.chunk_bytes < 1 << 20  # below EMQX's default 1 MB packet cap
-    assert c.wants_key("bot-1") and not c.wants_key("..") and not c.wants_key(".x")
+    assert c.wants_key("bot-1") and not c.wants_key("..") and not c.wants_key("a//b")
+    assert c.wants_key(".x")  # the writer may create it: a name like any other
+    assert c.identity_file == tmp_path / "identity.key"  # as given, relative to the config
+    assert c.peers == {} and c.secret_file is None
+
+
+def test_peers_and_the_default_identity_file(tmp_path: Path) -> None:
+    from tests.cluster import node_identity
+
+    key = node_identity("host-b").public
+    text = GOOD.replace('identity_file = "identity.key"\n', "")
+    c = load_config(write(tmp_path, text + f'[peers]\nhost-b = "{key}"\n'))
+    assert c.identity_file == tmp_path / "state" / "identity.key"  # in state_dir
+    assert c.peers == {"host-b": key}
+    assert list(c.peer_keys()) == ["host-b"]
 
 
 def test_include_exclude_and_per_key_files(tmp_path: Path) -> None:
@@ -59,7 +73,12 @@ def test_include_exclude_and_per_key_files(tmp_path: Path) -> None:
         (GOOD.replace('topic_prefix = "site/syncd"', 'topic_prefix = "site/#"'),
          "syncd.toml:9: mqtt.topic_prefix: use letters"),
         (GOOD + "chunk_size = 5\n", "syncd.toml:10: mqtt.chunk_size: unknown key"),
-        (GOOD.replace('secret_file = "cluster.key"\n', ""), "syncd.toml: secret_file: is required"),
+        (GOOD + '[peers]\nhost-b = "not a key"\n',
+         "syncd.toml:11: peers.host-b: not a public key: not base64"),
+        (GOOD + '[peers]\nhost-b = "AAAA"\n',
+         "syncd.toml:11: peers.host-b: not a public key: an Ed25519 public key is 32 bytes"),
+        (GOOD + '[peers]\n"a b" = "AAAA"\n', "peers.a b: is not a valid node name"),
+        (GOOD + "peers = 3\n", "mqtt.peers: unknown key"),
         ("chunk_size = 5\n" + GOOD, "syncd.toml:1: chunk_size: unknown key"),
         (GOOD.replace('node = "host-a"', 'node = "a/b"'), "syncd.toml:1: node: use letters"),
         (GOOD.replace("[mqtt]", "[mqtt"), "invalid TOML"),

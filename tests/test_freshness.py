@@ -1,45 +1,64 @@
 from __future__ import annotations
 
-from syncd.frames import Kind, Stamp
+from syncd.frames import Channel, Frame, Item, Kind, Presence
 from syncd.freshness import ReplayGuard
 
+ALL = "p/a/a"
 
-def test_frames_of_the_current_session_in_order_are_accepted_once() -> None:
+
+def presence(online: bool, epoch: int, conn: int) -> Frame:
+    return Frame("a", epoch, 0, 0, (Item(Kind.NODE, Presence(online)),), conn=conn)
+
+
+def batch(epoch: int, seq: int, conn: int = 1) -> Frame:
+    return Frame("a", epoch, seq, 0, (), conn=conn)
+
+
+def test_batches_of_the_newest_run_in_order_are_accepted_once() -> None:
     g = ReplayGuard()
-    assert g.check(Kind.NODE, "a", "", "", Stamp("s1", 0, 1000)) is None
-    assert g.check(Kind.LIVE, "a", "k", "f", Stamp("s1", 1, 1001)) is None
-    assert g.check(Kind.REQ, "a", "k", "f", Stamp("s1", 2, 1001)) is None
-    assert "already seen" in str(g.check(Kind.LIVE, "a", "k", "f", Stamp("s1", 1, 1001)))
-    assert "already seen" in str(g.check(Kind.REQ, "a", "k", "f", Stamp("s1", 2, 5000)))
+    assert g.check(Channel.PRESENCE, "n", presence(True, 5, 1)).reason is None
+    assert g.check(Channel.ALL, ALL, batch(5, 1)).reason is None
+    assert g.check(Channel.TO, "t", batch(5, 2)).reason is None
+    assert "already seen" in str(g.check(Channel.ALL, ALL, batch(5, 1)).reason)
+    assert "already seen" in str(g.check(Channel.TO, "t", batch(5, 2)).reason)
 
 
-def test_frames_of_an_old_session_are_refused_after_a_restart() -> None:
+def test_an_earlier_run_is_refused_whatever_the_clocks_said() -> None:
     g = ReplayGuard()
-    g.check(Kind.NODE, "a", "", "", Stamp("old", 0, 1000))
-    g.check(Kind.LIVE, "a", "k", "f", Stamp("old", 5, 1001))
-    assert g.check(Kind.NODE, "a", "", "", Stamp("new", 0, 2000)) is None  # restarted
-    assert g.check(Kind.LIVE, "a", "k", "f", Stamp("new", 1, 2001)) is None  # seq starts over
-    assert "session" in str(g.check(Kind.LIVE, "a", "k", "f", Stamp("old", 6, 1002)))
-    # A replayed old presence cannot switch back to the old session.
-    assert "older" in str(g.check(Kind.NODE, "a", "", "", Stamp("old", 0, 1000)))
+    g.check(Channel.PRESENCE, "n", presence(True, 5, 1))
+    g.check(Channel.ALL, ALL, batch(5, 9))
+    # Restarted: epoch 6 (its clock may now be behind: timestamps play no part).
+    assert g.check(Channel.PRESENCE, "n", presence(True, 6, 1)).reason is None
+    assert g.check(Channel.ALL, ALL, batch(6, 1)).reason is None  # seq starts over
+    assert "earlier run" in str(g.check(Channel.ALL, ALL, batch(5, 10)).reason)
+    # A replayed old presence cannot switch back to the old run.
+    assert g.check(Channel.PRESENCE, "n", presence(False, 5, 1)).reason is not None
 
 
-def test_unknown_sender_is_refused_until_its_presence_arrives() -> None:
+def test_the_will_ends_its_own_connection_but_not_a_later_one() -> None:
     g = ReplayGuard()
-    assert "session" in str(g.check(Kind.FILL, "b", "k", "f", Stamp("s", 1, 1)))
+    assert g.check(Channel.PRESENCE, "n", presence(True, 5, 1)).online is True
+    assert g.check(Channel.PRESENCE, "n", presence(False, 5, 1)).online is False  # its will
+    assert g.check(Channel.PRESENCE, "n", presence(True, 5, 2)).online is True  # reconnected
+    assert g.check(Channel.PRESENCE, "n", presence(False, 5, 1)).reason is not None  # replay
 
 
-def test_the_will_supersedes_its_own_presence_but_not_a_later_one() -> None:
+def test_a_newer_connection_proves_the_sender_online_despite_an_old_offline() -> None:
     g = ReplayGuard()
-    g.check(Kind.NODE, "a", "", "", Stamp("s1", 0, 1000))  # online
-    assert g.check(Kind.NODE, "a", "", "", Stamp("s1", 1, 1001)) is None  # its will: offline
-    g.check(Kind.NODE, "a", "", "", Stamp("s2", 0, 3000))  # back online
-    assert g.check(Kind.NODE, "a", "", "", Stamp("s1", 1, 1001)) is not None  # replayed will
+    # A restarting host is handed an old, authentic "offline" (replayed as retained) ...
+    assert g.check(Channel.PRESENCE, "n", presence(False, 5, 1)).online is False
+    # ... then a position from the live run: the sender is online.
+    assert g.check(Channel.POSITION, "p1", batch(7, 3)).online is True
+    # A position from the connection that the offline ended proves nothing.
+    g2 = ReplayGuard()
+    g2.check(Channel.PRESENCE, "n", presence(False, 5, 1))
+    assert g2.check(Channel.POSITION, "p1", batch(5, 3)).online is None
 
 
-def test_positions_only_move_forward_in_time() -> None:
+def test_positions_only_move_forward() -> None:
     g = ReplayGuard()
-    assert g.check(Kind.POS, "a", "k", "f", Stamp("s", 3, 2000)) is None
-    assert g.check(Kind.POS, "a", "k", "f", Stamp("s", 3, 2000)) is None  # retained again
-    assert g.check(Kind.POS, "a", "k", "f", Stamp("s", 9, 1500)) is not None
-    assert g.check(Kind.POS, "a", "k", "other", Stamp("s", 9, 1500)) is None
+    assert g.check(Channel.POSITION, "p1", batch(5, 3)).reason is None
+    assert g.check(Channel.POSITION, "p1", batch(5, 3)).reason is None  # retained again
+    assert g.check(Channel.POSITION, "p1", batch(5, 2)).reason is not None
+    assert g.check(Channel.POSITION, "p1", batch(4, 99)).reason is not None
+    assert g.check(Channel.POSITION, "p2", batch(4, 99)).reason is None

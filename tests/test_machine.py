@@ -218,9 +218,9 @@ def test_every_expected_error_has_one_root() -> None:
     from syncd.control import ControlError
     from syncd.errors import ConcurrentWrite, FileReplaced, FileShrank, SyncdError
     from syncd.frames import FrameError
+    from syncd.identity import IdentityError
     from syncd.node import StartupError
-    from syncd.secret import SecretError
 
     for error in (BrokerProblem, ConfigError, ControlError, ConcurrentWrite, FileReplaced,
-                  FileShrank, FrameError, StartupError, SecretError):
+                  FileShrank, FrameError, StartupError, IdentityError):
         assert issubclass(error, SyncdError), error

@@ -48,6 +48,7 @@ def test_families_from_a_status_snapshot() -> None:
              "ready": False, "peers": {"c": {**peer, "size": 90, "lag_bytes": 0}},
              "diverged": {"c": {}}},
         ],
+        "skipped": [{"key": "bad\\xff", "path": "/rt/bad\\xff", "reason": "not valid UTF-8"}],
     }
     s = exposition(lambda: status)
     one = (("file", "events.jsonl"), ("key", "bot-1"))
@@ -63,6 +64,7 @@ def test_families_from_a_status_snapshot() -> None:
     assert s[("syncd_files", (("state", "diverged"),))] == 1
     assert s[("syncd_files", (("state", "in_sync"),))] == 0
     assert s[("syncd_diverged_files", ())] == 1
+    assert s[("syncd_unreplicated_directories", ())] == 1
     assert s[("syncd_shipped_bytes_total", one)] == 120
     assert s[("syncd_shipped_frames_total", one)] == 4
     assert s[("syncd_served_bytes_total", one)] == 7

@@ -74,8 +74,8 @@ def test_live_messages_cross_members_and_nats_refuses_dots_in_topics(
         wait_until(lambda: (nats.publish(one, "test/syncd/live/a/k/f", b"ping"), got)[1], 10,
                    "a live message published on member 1 to reach a subscriber on member 3")
         assert got[0] == b"ping"
-        # syncd's current topics hold file names such as events.jsonl: NATS closes the
-        # connection of a client that publishes on a topic with a '.'.
+        # NATS closes the connection of a client that publishes on a topic with a '.' (why
+        # syncd's topic levels are encodings of names, not the names).
         c = nats.client(one)
         try:
             c.publish("test/syncd/live/a/k/events.jsonl", b"x", qos=1)
@@ -90,17 +90,12 @@ def test_live_messages_cross_members_and_nats_refuses_dots_in_topics(
 
 # --- syncd on NATS ---------------------------------------------------------------------------
 #
-# syncd's topics name files (events.jsonl) and NATS refuses a '.' in a topic, so until wire
-# format v3 encodes topic levels, syncd runs on NATS only with dot-free names. Each test runs
-# twice: with a file named `events` (passes today) and with `events.jsonl` (expected to fail
-# until then; the mark goes once wire format v3 is on main).
-
-NEEDS_V3 = pytest.mark.xfail(reason="needs wire format v3 topic encoding", strict=False)
-FILES = [pytest.param("events", id="dot-free"),
-         pytest.param("events.jsonl", id="events.jsonl", marks=NEEDS_V3)]
+# NATS refuses a '.' in a topic; since wire format v3, syncd's topic levels are encodings of
+# names (events.jsonl travels as ~mv3gk3tuomxgu43pnzwa), so it runs on NATS with real names.
 
 
-def nats_daemons(root: Path, cluster: nats.NatsCluster, file: str) -> list[Daemon]:
+def nats_daemons(root: Path, cluster: nats.NatsCluster, file: str = "events.jsonl"
+                 ) -> list[Daemon]:
     """a, b, c, each listing every member, starting with a different one: a on member 1 ..."""
     ends = cluster.endpoints
     return [Daemon(root, node, None, brokers=ends[i:] + ends[:i],
@@ -113,10 +108,10 @@ def same(file: str, writer: Daemon, *others: Daemon) -> bool:
     return all(content(d.path(KEY, file)) == expected for d in others)
 
 
-@pytest.mark.parametrize("file", FILES)
 def test_three_hosts_on_three_members_replicate_byte_identically(
-    tmp_path: Path, cluster: nats.NatsCluster, file: str
+    tmp_path: Path, cluster: nats.NatsCluster
 ) -> None:
+    file = "events.jsonl"
     a, b, c = daemons = nats_daemons(tmp_path, cluster, file)
     try:
         for d in daemons:
@@ -141,10 +136,10 @@ def test_three_hosts_on_three_members_replicate_byte_identically(
             d.kill()
 
 
-@pytest.mark.parametrize("file", FILES)
 def test_killing_the_writers_member_moves_it_to_another_with_nothing_lost(
-    tmp_path: Path, cluster: nats.NatsCluster, file: str
+    tmp_path: Path, cluster: nats.NatsCluster
 ) -> None:
+    file = "events.jsonl"
     a, b, c = daemons = nats_daemons(tmp_path, cluster, file)
     writer = Writer(a.path(KEY, file), rate=50)
     lag = {"bytes": 0, "seconds": 0.0}

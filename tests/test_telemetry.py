@@ -54,12 +54,14 @@ def test_growth_merges_without_understating_lag() -> None:
 
 
 @pytest.mark.parametrize(("message", "reason"), [
-    ("bad authentication tag (wrong cluster secret, or a forged or altered frame)", "auth"),
-    ("bad preamble (not a syncd frame, or another protocol version)", "malformed"),
+    ("bad signature (not signed by the key [peers] lists for the sender, or an altered frame)",
+     "auth"),
+    ("from 'x', a node not listed in [peers]", "unlisted"),
+    ("bad preamble (not a syncd frame)", "malformed"),
     ("data frame of 99 bytes exceeds 10", "too_large"),
     ("pos topic needs 3 levels, got 2", "topic"),
     ("sequence number already seen (replayed or reordered)", "replay"),
-    ("not from the sender's current session (replayed, or presence not seen yet)", "replay"),
+    ("from an earlier run of a (epoch 5 < 6; replayed?)", "replay"),
 ])
 def test_reject_reasons(message: str, reason: str) -> None:
     assert reject_reason(message) == reason

@@ -113,12 +113,12 @@ def test_acl_lets_a_node_publish_only_as_itself(secure: SecureBroker) -> None:
         got: list[str] = []
         async with await _client(secure, "b", "password-b") as b_reader, \
                 await _client(secure, "a", "password-a") as a_writer:
-            await b_reader.subscribe(f"{PREFIX}/pos/#", qos=1)
-            await b_reader.subscribe(f"{PREFIX}/fill/b/#", qos=1)
+            await b_reader.subscribe(f"{PREFIX}/p/#", qos=1)
+            await b_reader.subscribe(f"{PREFIX}/t/b/#", qos=1)
             # Forged: a speaking as b, or answering as b. Then one a may send.
-            await a_writer.publish(f"{PREFIX}/pos/b/bot-1/events.jsonl", b"forged", qos=1)
-            await a_writer.publish(f"{PREFIX}/fill/b/b/bot-1/events.jsonl", b"forged", qos=1)
-            await a_writer.publish(f"{PREFIX}/fill/b/a/bot-1/events.jsonl", b"real", qos=1)
+            await a_writer.publish(f"{PREFIX}/p/b/bot-1/events", b"forged", qos=1)
+            await a_writer.publish(f"{PREFIX}/t/b/b", b"forged", qos=1)
+            await a_writer.publish(f"{PREFIX}/t/b/a", b"real", qos=1)
             # One publisher's messages arrive in order: once "real" is in, so is anything
             # sent before it that the broker let through.
             async with asyncio.timeout(5):
@@ -128,7 +128,7 @@ def test_acl_lets_a_node_publish_only_as_itself(secure: SecureBroker) -> None:
                         return got
         return got
 
-    assert asyncio.run(scenario()) == [f"{PREFIX}/fill/b/a/bot-1/events.jsonl"]
+    assert asyncio.run(scenario()) == [f"{PREFIX}/t/b/a"]
 
 
 def test_broker_refuses_anonymous_wrong_password_and_unknown_ca(tmp_path: Path,

@@ -18,6 +18,7 @@ import click
 from syncd.cli.common import config_option, load_or_exit
 from syncd.control import ControlError, stream
 from syncd.node import SOCKET_NAME
+from syncd.safe_text import safe
 
 
 @click.command("adopt")
@@ -60,7 +61,7 @@ def command(key: str, source: str, config_path: Path, yes: bool) -> None:
                     bar.render_finish()
                 shown = progress["file"]
                 bar = click.progressbar(length=max(progress["total"], 1),
-                                        label=f"{shown} from {source}", file=sys.stderr,
+                                        label=safe(f"{shown} from {source}"), file=sys.stderr,
                                         show_pos=True)
             if bar is not None:
                 bar.length = max(progress["total"], 1)
@@ -70,15 +71,15 @@ def command(key: str, source: str, config_path: Path, yes: bool) -> None:
     except ControlError as e:
         if bar is not None:
             bar.render_finish()
-        click.echo(f"syncd adopt: {e}", err=True)
+        click.echo(f"syncd adopt: {safe(e)}", err=True)
         sys.exit(1 if "not running" not in str(e) else 2)
     if bar is not None:
         bar.render_finish()
     for result in reply["adopted"]:
-        name = f"{key}/{result['file']}"
+        name = safe(f"{key}/{result['file']}")
         if result["archive"]:
-            click.echo(f"{name}: local copy archived at {result['archive']}; now identical to "
-                       f"{source}'s copy ({result['size']} bytes)")
+            click.echo(f"{name}: local copy archived at {safe(result['archive'])}; now identical "
+                       f"to {safe(source)}'s copy ({result['size']} bytes)")
         else:
             click.echo(f"{name}: keeping the local copy ({result['size']} bytes); peers with "
                        "another history stay diverged until they adopt it")

@@ -1,11 +1,13 @@
 """`syncd check-config`: is this config usable? Checked without starting or changing anything.
 
 Beyond what loading checks (syntax, keys, values), it looks at what `syncd run` will need:
-runtimes_dir readable and writable, state_dir writable or creatable, the secret, password and
-TLS files readable and well-formed. Permissions are those of the user running the check, so
-run it as the service's user. With --broker it also connects and sends probes (brokercheck.py).
-Exit 0 usable, 1 the broker check failed, 2 the config is not usable (every problem on its own
-line).
+runtimes_dir readable and writable, state_dir writable or creatable, the identity file private
+and matching [peers], the password and TLS files readable and well-formed. It then counts the
+instance keys found under the roots (nested up to roots.MAX_DEPTH levels) and names every
+directory that cannot be replicated, with the reason (a name that is not UTF-8, a symbolic
+link, too deep, unreadable). Permissions are those of the user running the check, so run it as
+the service's user. With --broker it also connects and sends probes (brokercheck.py). Exit 0
+usable, 1 the broker check failed, 2 the config is not usable (every problem on its own line).
 """
 
 from __future__ import annotations
@@ -22,7 +24,10 @@ import click
 from syncd import brokercheck, tls
 from syncd.cli.common import config_option
 from syncd.config import Config, ConfigError, _line_of, load_config
-from syncd.secret import SecretError, load_secret
+from syncd.discovery import Scanner, root_problems
+from syncd.identity import IdentityError, load_identity
+from syncd.names import printable
+from syncd.roots import MAX_DEPTH
 
 EXIT_OK = 0
 EXIT_BROKER = 1
@@ -54,25 +59,33 @@ def _state_dir_problem(sd: Path) -> str | None:
 
 def problems(config: Config) -> list[str]:
     """What would stop `syncd run`, each message starting with the key it is about."""
-    found = []
-    rt = config.runtimes_dir
-    if not rt.is_dir():
-        found.append(f"runtimes_dir: {rt} does not exist or is not a directory")
-    elif not os.access(rt, _RWX):
-        found.append(f"runtimes_dir: {rt} is not readable and writable by {_user()}")
+    found = [f"{where}: {problem}" for where, problem in root_problems(config.roots, _user())]
     state = _state_dir_problem(config.state_dir)
     if state:
         found.append(f"state_dir: {state}")
-    try:
-        load_secret(config.secret_file)
-    except SecretError as e:
-        found.append(str(e))
+    found.extend(identity_problems(config))
     for check in (config.password, lambda: tls.client_context(config.mqtt)):
         try:
             check()
         except ConfigError as e:
             found.append(str(e))
     return found
+
+
+def identity_problems(config: Config) -> list[str]:
+    """The host's key is usable, [peers] lists somebody, and lists this host's key right."""
+    try:
+        identity = load_identity(config.identity_file)
+    except IdentityError as e:
+        return [str(e)]
+    listed = config.peers.get(config.node)
+    if listed is not None and listed != identity.public:
+        return [f"peers: lists another public key for {config.node} than identity_file "
+                f"{config.identity_file} holds ({identity.public})"]
+    if not set(config.peers) - {config.node}:
+        return ["peers: lists no other host: add one line per host, node = \"<public key>\" "
+                "(syncd keygen prints each host's line)"]
+    return []
 
 
 def located(message: str, source: Path) -> str:
@@ -86,12 +99,27 @@ def located(message: str, source: Path) -> str:
     return f"{source}:{line}: {message}" if line else f"{source}: {message}"
 
 
-def keys_found(config: Config) -> int:
-    try:
-        return sum(1 for e in os.scandir(config.runtimes_dir)
-                   if e.is_dir(follow_symlinks=False) and config.wants_key(e.name))
-    except OSError:
-        return 0
+# How much deeper than the daemon looks, to name instances too deep to be replicated.
+PROBE_DEPTH = 4
+
+
+def survey(config: Config) -> list[str]:
+    """What the daemon would find: keys, roots, and every directory it would skip."""
+    scan = Scanner(config.roots, config.files_of, config.all_files(), PROBE_DEPTH).scan()
+    keys = [i.key for i in scan.instances if config.wants_key(i.key)]
+    excluded = len(scan.instances) - len(keys)
+    lines = [f"{len(keys)} {'key' if len(keys) == 1 else 'keys'} found under "
+             f"{config.roots.describe()}, up to {MAX_DEPTH} levels deep"
+             + (f" ({excluded} more excluded by include/exclude)" if excluded else "")]
+    if config.roots.prefixed:
+        roots = ", ".join(f"{r.name} = {r.path}" for r in scan.roots)
+        lines.append(f"roots (each key starts with its root's name): {roots or 'none yet'}")
+    if scan.skipped:
+        n = len(scan.skipped)
+        lines.append(f"{n} {'directory' if n == 1 else 'directories'} skipped, not replicated:")
+        lines += [f"  {printable(str(s.folder))}" + (f" (key {s.key})" if s.key else "")
+                  + f": {s.reason}" for s in scan.skipped]
+    return lines
 
 
 @click.command("check-config")
@@ -111,7 +139,7 @@ def command(config_path: Path, broker: bool, timeout: float) -> None:
       1  --broker: the broker check failed (with `brokers = [...]`: on any broker of the
          list; each is checked); the message starts with the cause:
          unreachable, credentials, tls, subscribe, acl, packet_limit or retained
-      2  the config or a path, secret, password or TLS file it names is not usable
+      2  the config or a path, identity, password or TLS file it names is not usable
     """
     try:
         config = load_config(config_path)
@@ -123,8 +151,13 @@ def command(config_path: Path, broker: bool, timeout: float) -> None:
         click.echo(f"syncd: config error: {located(problem, config_path)}", err=True)
     if found:
         sys.exit(EXIT_UNUSABLE)
-    click.echo(f"config OK: node {config.node}, {keys_found(config)} keys found under "
-               f"{config.runtimes_dir}")
+    report = survey(config)
+    click.echo(f"config OK: node {config.node}, {report[0]}")
+    for line in report[1:]:
+        click.echo(line)
+    if config.secret_file is not None:
+        click.echo(f"note: secret_file is no longer used (frames are signed with each host's "
+                   f"identity_file since protocol 3); remove it from {config_path}", err=True)
     if broker:
         results = asyncio.run(brokercheck.check_all(config, timeout))
         for _endpoint, result in results:

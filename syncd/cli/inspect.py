@@ -27,6 +27,7 @@ from syncd.cli.verify import (
     read_chunks,
     resolve_files,
 )
+from syncd.safe_text import safe, safe_json
 from syncd.verify import COMPACT_TYPES, TOOL_CALL_PART_TYPES, TOOL_RESULT_PART_TYPES, TURN_TERMINALS
 
 SNIPPET_CHARS = 60
@@ -230,12 +231,13 @@ def render_timeline(label: str, turn_id: str, timeline: Timeline) -> str:
     rows = timeline.rows
     span = f"line {rows[0].line}" if len(rows) == 1 else f"lines {rows[0].line}-{rows[-1].line}"
     count = "1 entry" if len(rows) == 1 else f"{len(rows)} entries"
-    out = [f"turn {turn_id} in {label}: {count}, {span}, {timeline.status}"]
+    out = [safe(f"turn {turn_id} in {label}: {count}, {span}, {timeline.status}")]
     number_width = len(str(rows[-1].line))
-    type_width = max(len(row.entry_type) for row in rows)
-    for row in rows:
-        line = f"  {row.line:>{number_width}}  {row.time:<24}  {row.entry_type:<{type_width}}"
-        out.append(f"{line}  {row.detail}".rstrip())
+    types = [safe(row.entry_type) for row in rows]  # the log's text: another host's, maybe
+    type_width = max(len(t) for t in types)
+    for row, entry_type in zip(rows, types, strict=True):
+        line = f"  {row.line:>{number_width}}  {row.time:<24}  {entry_type:<{type_width}}"
+        out.append(f"{line}  {safe(row.detail)}".rstrip())
     return "\n".join(out)
 
 
@@ -262,8 +264,8 @@ def command(target: str, turn_id: str, as_json: bool, config_path: Path | None) 
             fail("inspect", f"cannot read {path}: {describe_os_error(error)}")
         for number in timeline.unreadable_lines:
             click.echo(
-                f"syncd inspect: {path}: line {number} mentions the turn but is not valid JSON "
-                "(see syncd verify)",
+                f"syncd inspect: {safe(path)}: line {number} mentions the turn but is not valid "
+                "JSON (see syncd verify)",
                 err=True,
             )
         if timeline.rows:
@@ -271,7 +273,7 @@ def command(target: str, turn_id: str, as_json: bool, config_path: Path | None) 
 
     if not found:
         where = ", ".join(str(path) for path in files)
-        click.echo(f"syncd inspect: turn {turn_id} not found in {where}", err=True)
+        click.echo(safe(f"syncd inspect: turn {turn_id} not found in {where}"), err=True)
         raise click.exceptions.Exit(EXIT_PROBLEMS)
     if as_json:
         document = {
@@ -285,6 +287,6 @@ def command(target: str, turn_id: str, as_json: bool, config_path: Path | None) 
                 for timeline in found
             ],
         }
-        click.echo(orjson.dumps(document).decode())
+        click.echo(safe_json(orjson.dumps(document).decode()))
     else:
         click.echo("\n\n".join(render_timeline(str(t.path), turn_id, t) for t in found))

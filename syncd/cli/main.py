@@ -5,7 +5,18 @@ from __future__ import annotations
 import click
 
 from syncd import __version__
-from syncd.cli import adopt, check_config, demo, forget, inspect, reload, run, status, verify
+from syncd.cli import (
+    adopt,
+    check_config,
+    demo,
+    forget,
+    inspect,
+    keygen,
+    reload,
+    run,
+    status,
+    verify,
+)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -14,5 +25,5 @@ def main() -> None:
     """Replicate append-only JSONL memory logs between hosts over MQTT."""
 
 
-for _module in (run, reload, status, adopt, forget, verify, inspect, check_config, demo):
+for _module in (run, reload, status, adopt, forget, verify, inspect, check_config, keygen, demo):
     main.add_command(_module.command)

@@ -21,6 +21,7 @@ from syncd.cli.common import config_option, load_or_exit
 from syncd.config import ConfigError
 from syncd.control import ControlError, query
 from syncd.node import SOCKET_NAME
+from syncd.safe_text import safe
 
 
 @click.command("reload")
@@ -39,10 +40,10 @@ def command(config_path: Path) -> None:
                       config=str(config_path.resolve()))
     except ControlError as e:
         message = str(e)
-        click.echo(f"syncd: reload failed: {message}", err=True)
+        click.echo(f"syncd: reload failed: {safe(message)}", err=True)
         # The daemon's own reading of the file can still fail (edited again meanwhile).
         sys.exit(2 if message.startswith("config error:") else 1)
-    click.echo(f"syncd: reloaded {reply['config']} ({reply['files']} files)")
+    click.echo(f"syncd: reloaded {safe(reply['config'])} ({reply['files']} files)")
     if reply["needs_restart"]:
-        click.echo(f"syncd: {', '.join(reply['needs_restart'])} changed; that takes a restart "
-                   "(systemctl restart syncd)", err=True)
+        click.echo(f"syncd: {safe(', '.join(reply['needs_restart']))} changed; that takes a "
+                   "restart (systemctl restart syncd)", err=True)

@@ -34,7 +34,7 @@ def command(config_path: Path, log_level: str, log_format: str) -> None:
     Exit status:
       0  stopped by SIGTERM or SIGINT
       1  an internal error (logged; systemd restarts the service)
-      2  a config or setup problem (directories, secret, TLS files, metrics port): fix it,
+      2  a config or setup problem (directories, identity, TLS files, metrics port): fix it,
          restarting cannot (syncd check-config names it)
     """
     config = load_or_exit(config_path)

@@ -6,8 +6,9 @@ seconds) and adds a summary line.
 
 Exit status: 0 all good; 1 some file is frozen (diverged, reset) or stuck (paused: disk
 full; error: unreadable), here or, as a peer announces it, on a peer (a writer's clear() leaves
-every standby's copy in_sync, and only the writer's announcement tells); 2 the daemon could
-not be asked.
+every standby's copy in_sync, and only the writer's announcement tells), or a directory that
+would be an instance cannot be replicated (shown as state error, with the reason); 2 the
+daemon could not be asked.
 
 `syncd status --ready KEY [KEY...]` is for failover scripts: exit 0 only when this host can
 take over every named key now (every file of it READY), 1 otherwise, with the reasons; 2
@@ -28,6 +29,7 @@ import orjson
 from syncd.cli.common import config_option, load_or_exit
 from syncd.control import ControlError, query
 from syncd.node import SOCKET_NAME
+from syncd.safe_text import safe, safe_json, safe_tree
 
 PROBLEM_STATES = {"diverged", "reset", "paused", "error"}
 EXIT_OK, EXIT_PROBLEMS, EXIT_UNREACHABLE = 0, 1, 2
@@ -66,11 +68,13 @@ def command(keys: tuple[str, ...], config_path: Path, as_json: bool, ready_keys:
     while True:
         whole = ask(config.state_dir)
         status = select(whole, keys, problems)
-        unknown = sorted(set(keys) - {f["key"] for f in whole["files"]})
+        unknown = sorted(set(keys) - {f["key"] for f in whole["files"]}
+                         - {s["key"] for s in whole.get("skipped", [])})
         if unknown:
-            click.echo(f"syncd status: no replicated file for {', '.join(unknown)}", err=True)
+            click.echo(f"syncd status: no replicated file for {safe(', '.join(unknown))}",
+                       err=True)
         if as_json:
-            click.echo(orjson.dumps(status, option=orjson.OPT_INDENT_2).decode())
+            click.echo(safe_json(orjson.dumps(status, option=orjson.OPT_INDENT_2).decode()))
         else:
             if watch and sys.stdout.isatty():
                 click.clear()
@@ -86,8 +90,9 @@ def command(keys: tuple[str, ...], config_path: Path, as_json: bool, ready_keys:
             break
         if not sys.stdout.isatty():
             click.echo()
-    if any(f["state"] in PROBLEM_STATES or any(p["frozen"] for p in f["peers"].values())
-           for f in status["files"]):
+    if status.get("skipped", []) or any(
+            f["state"] in PROBLEM_STATES or any(p["frozen"] for p in f["peers"].values())
+            for f in status["files"]):
         sys.exit(EXIT_PROBLEMS)
 
 
@@ -96,7 +101,7 @@ def ask(state_dir: Path) -> dict[str, Any]:
     try:
         status: dict[str, Any] = query(state_dir / SOCKET_NAME, "status")["status"]
     except ControlError as e:
-        click.echo(f"syncd: {e}", err=True)
+        click.echo(f"syncd: {safe(e)}", err=True)
         sys.exit(EXIT_UNREACHABLE)
     return status
 
@@ -107,11 +112,13 @@ def is_problem(f: dict[str, Any]) -> bool:
 
 
 def select(status: dict[str, Any], keys: Iterable[str], problems: bool) -> dict[str, Any]:
-    """The status with only the files asked for (all keys when none are named)."""
+    """The status with only the files asked for (all keys when none are named). Skipped
+    directories are problems: they stay unless other keys are named."""
     wanted = set(keys)
     files = [f for f in status["files"] if (not wanted or f["key"] in wanted)
              and (not problems or is_problem(f))]
-    return {**status, "files": files}
+    skipped = [s for s in status.get("skipped", []) if not wanted or s["key"] in wanted]
+    return {**status, "files": files, "skipped": skipped}
 
 
 def human(n: int) -> str:
@@ -135,8 +142,9 @@ def _peer(name: str, p: dict[str, Any]) -> str:
     return text + ("" if p["online"] else " (offline)")
 
 
-def summary(files: list[dict[str, Any]]) -> str:
-    """One line: how many files, by state, and how many are ready to take over."""
+def summary(files: list[dict[str, Any]], skipped: int = 0) -> str:
+    """One line: how many files, by state, how many are ready to take over, how many
+    directories cannot be replicated."""
     by_state: dict[str, int] = {}
     for f in files:
         by_state[f["state"]] = by_state.get(f["state"], 0) + 1
@@ -145,10 +153,15 @@ def summary(files: list[dict[str, Any]]) -> str:
     ready = sum(1 for f in files if f["ready"])
     return (f"{len(files)} file{'s' if len(files) != 1 else ''}"
             f"{': ' + states if states else ''}; {ready} ready to take over"
-            f"{f'; {frozen} FROZEN (see above)' if frozen else ''}")
+            f"{f'; {frozen} FROZEN (see above)' if frozen else ''}"
+            + (f"; {skipped} director{'ies' if skipped != 1 else 'y'} NOT REPLICATED (error, "
+               "see above)" if skipped else ""))
 
 
 def render(status: dict[str, Any]) -> str:
+    """The status for people. Every string in it is escaped first (safe_text.py): node names,
+    freeze reasons, divergence details and lines may come from peers or their bytes."""
+    status = safe_tree(status)
     peers = status["peers"]
     online = sorted(n for n, p in peers.items() if p["online"])
     offline = sorted(n for n, p in peers.items() if not p["online"])
@@ -165,6 +178,8 @@ def render(status: dict[str, Any]) -> str:
         peer_text = ", ".join(_peer(n, p) for n, p in f["peers"].items()) or "-"
         rows.append((f["key"], f["file"], human(f["size"]), f["state"],
                      "yes" if f["ready"] else "no", peer_text))
+    for s in status.get("skipped", []):
+        rows.append((s["key"] or "-", "-", "-", "error", "no", "-"))
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     lines = [head, ""]
     for r in rows:
@@ -199,12 +214,24 @@ def render(status: dict[str, Any]) -> str:
         for note in f.get("notes", []):
             if note != f.get("note"):  # a noticed edit is printed above already
                 lines.append(f"{name}: {note}")
-    lines += ["", summary(status["files"])]
+    dropped = [f"peer {peer}: {b['dropped_requests']} requests dropped over its budget "
+               f"([limits]), {b['served_requests']} served"
+               for peer, b in status.get("peer_budgets", {}).items() if b["dropped_requests"]]
+    if dropped:
+        lines += ["", *dropped]
+    if status.get("skipped", []):
+        lines.append("")
+    for s in status.get("skipped", []):
+        where = f" ({s['path']})" if s["path"] else ""
+        lines.append(f"{s['key'] or s['path']}: ERROR: not replicated{where}: {s['reason']}")
+    lines += ["", summary(status["files"], len(status.get("skipped", [])))]
     return "\n".join(lines)
 
 
 def ready_report(status: dict[str, Any], keys: tuple[str, ...]) -> tuple[bool, str]:
-    """Can this host take over every key in `keys` now? One line per key, and its reasons."""
+    """Can this host take over every key in `keys` now? One line per key, and its reasons
+    (escaped, as in `render`)."""
+    status, keys = safe_tree(status), tuple(safe(k) for k in keys)
     lines = []
     all_ready = True
     for key in keys:

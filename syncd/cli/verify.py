@@ -7,6 +7,7 @@ note and does not make a file unclean: see syncd/verify.py's header for each rul
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import NoReturn
@@ -14,10 +15,12 @@ from typing import NoReturn
 import click
 import orjson
 
+from syncd import store
 from syncd.cli.common import DEFAULT_CONFIG, key_config_option
 from syncd.config import ConfigError, load_config
 from syncd.errors import SyncdError
-from syncd.names import is_valid_name
+from syncd.roots import KeyPathError
+from syncd.safe_text import safe, safe_json
 from syncd.verify import LogChecker, Problem, Report
 
 # Big enough that the per-call overhead vanishes, small enough to keep memory flat.
@@ -50,19 +53,24 @@ def resolve_files(target: str, config_path: Path | None) -> list[Path]:
         config = load_config(config_path)
     except ConfigError as error:
         raise UnusableTarget(str(error)) from None
-    # Checked here because the key becomes a directory name under runtimes_dir.
-    if not is_valid_name(target):
-        raise UnusableTarget(f"{target}: neither a file nor a valid instance key")
-    files = config.key_files(target)
+    try:
+        files = config.key_files(target)  # the key's directory, through Config.key_dir
+    except KeyPathError as error:
+        raise UnusableTarget(f"{target}: neither a file nor a valid instance key: "
+                             f"{error.reason}") from None
     if not files:
         raise UnusableTarget(
-            f"{target}: neither a file nor an instance key with files under {config.runtimes_dir}"
+            f"{target}: neither a file nor an instance key with files under "
+            f"{config.roots.describe()}"
         )
     return files
 
 
 def read_chunks(path: Path) -> Iterator[bytes]:
-    with path.open("rb") as file:
+    """The file's bytes; a symbolic link or anything but a regular file is refused (OSError
+    saying so): a log replaced by a link to a secret is not printed line by line."""
+    fd = store.open_file(path, key_dir=False)
+    with os.fdopen(fd, "rb") as file:
         while chunk := file.read(CHUNK_SIZE):
             yield chunk
 
@@ -76,7 +84,7 @@ def check_file(path: Path) -> Report:
 
 def fail(command: str, message: str) -> NoReturn:
     """Say why in one line on stderr, and stop with the "unusable arguments" status."""
-    click.echo(f"syncd {command}: {message}", err=True)
+    click.echo(f"syncd {command}: {safe(message)}", err=True)
     raise click.exceptions.Exit(EXIT_UNUSABLE)
 
 
@@ -92,14 +100,14 @@ def _describe_problem(problem: Problem) -> str:
     text = problem.message
     if problem.detail is not None:
         text = f"{text}: {problem.detail}"
-    return f"  line {problem.line} (byte {problem.offset}): {text}"
+    return f"  line {problem.line} (byte {problem.offset}): {safe(text)}"
 
 
 def _counts_table(title: str, counts: Mapping[str, int]) -> list[str]:
     if not counts:
         return [f"{title}: none"]
     # The layout of `sort | uniq -c`, so that it reads like the seed's recipe.
-    return [f"{title}:", *(f"{count:>7} {name}" for name, count in counts.items())]
+    return [f"{title}:", *(f"{count:>7} {safe(name)}" for name, count in counts.items())]
 
 
 def render_report(label: str, report: Report) -> str:
@@ -108,11 +116,11 @@ def render_report(label: str, report: Report) -> str:
         size.append(f"{report.blank_lines} blank")
     size.append(_plural(report.bytes_checked, "byte"))
     verdict = "clean" if report.clean else _plural(report.problem_total, "problem")
-    lines = [f"{label}: {verdict} ({', '.join(size)})"]
+    lines = [f"{safe(label)}: {verdict} ({', '.join(size)})"]
     lines.extend(_describe_problem(problem) for problem in report.problems)
     if report.unlisted:
         lines.append(f"  ... and {report.unlisted} more not listed")
-    lines.extend(f"  note: {note}" for note in report.notes)
+    lines.extend(f"  note: {safe(note)}" for note in report.notes)
     events = report.turn_events
     ended = events["turn.done"] + events["turn.failed"] + events["turn.aborted"]
     lines.append(
@@ -153,7 +161,7 @@ def command(target: str, as_json: bool, config_path: Path | None) -> None:
             "clean": clean,
             "files": [{"path": str(path), **report.to_json()} for path, report in reports],
         }
-        click.echo(orjson.dumps(document).decode())
+        click.echo(safe_json(orjson.dumps(document).decode()))
     else:
         click.echo("\n\n".join(render_report(str(path), report) for path, report in reports))
     if not clean:

@@ -1,0 +1,42 @@
+"""This host's run counter (`epoch`): persisted in state_dir, increased at every start.
+
+Peers order this host's sessions by it (freshness.py), so it must never go backwards: it is
+written durably before anything is sent. It is also at least the current Unix time in
+seconds, so that a host whose state_dir was lost (rebuilt from scratch) still starts a run
+newer than the ones its peers remember, as long as its clock is not behind; a clock that was
+fast once cannot make it go backwards later, since the stored value is always counted up.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+FILE_NAME = "epoch"
+
+
+def next_epoch(state_dir: Path, now: float | None = None) -> int:
+    path = state_dir / FILE_NAME
+    try:
+        last = int(path.read_text().strip() or "0")
+    except FileNotFoundError:
+        last = 0
+    except ValueError:
+        raise ValueError(f"{path} does not hold a number; remove it to start a new count") \
+            from None
+    epoch = max(last + 1, int(time.time() if now is None else now))
+    tmp = path.with_name(FILE_NAME + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, f"{epoch}\n".encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dfd = os.open(state_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+    return epoch
