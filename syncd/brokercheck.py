@@ -15,7 +15,8 @@ probe topics of this node's own, and reads it back:
 The probes live deeper than any syncd topic (`P/a/<node>/syncd-check/<nonce>/…`), so no
 daemon subscribes to them and nothing shows in any host's status; the shipped ACL's
 `P/a/<node>/#` and `P/p/<node>/#` cover them. Each problem raises BrokerProblem with a
-cause (a word for scripts) and a sentence for people.
+cause (a word for scripts) and a sentence for people. With `[mqtt] brokers`, every broker of
+the list is checked (`check_all`): each one must carry the traffic, since syncd may use any.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 import aiomqtt
 
 from syncd import frames, tls
+from syncd.brokers import Broker
 from syncd.config import Config
 from syncd.errors import SyncdError
 
@@ -66,22 +68,37 @@ def classify_connect_error(error: BaseException) -> str:
     return "unreachable"
 
 
-async def check(config: Config, wait: float = 5.0) -> list[str]:
-    """Run every check; return what passed (one line each) or raise BrokerProblem.
+async def check_all(config: Config, wait: float = 5.0
+                    ) -> list[tuple[Broker, list[str] | BrokerProblem]]:
+    """Check every broker of `[mqtt] brokers`, one after the other: what passed, or why not."""
+    results: list[tuple[Broker, list[str] | BrokerProblem]] = []
+    for endpoint in config.mqtt.endpoints:
+        try:
+            results.append((endpoint, await check(config, wait, endpoint)))
+        except BrokerProblem as e:
+            results.append((endpoint, e))
+    return results
+
+
+async def check(config: Config, wait: float = 5.0, endpoint: Broker | None = None
+                ) -> list[str]:
+    """Run every check on one broker (the first listed unless told); return what passed (one
+    line each) or raise BrokerProblem.
 
     `wait`: seconds for the connection and for each probe to come back.
     """
     m = config.mqtt
-    broker = f"{m.host}:{m.port}"
+    endpoint = endpoint or m.endpoints[0]
+    broker = str(endpoint)
     nonce = secrets.token_hex(4)
     # Below this node's own batch and position topics (what the ACL lets it write), one level
     # deeper than peers subscribe, so that no running daemon receives the probes.
     base = f"{m.topic_prefix}/%s/{frames.level(config.node)}/syncd-check/{nonce}"
     live_topic, retained_topic = base % "a" + "/live", base % "p" + "/retained"
     client = aiomqtt.Client(
-        m.host, m.port, identifier=f"{config.client_id}-check-{nonce}", username=m.username,
-        password=config.password(), tls_context=tls.client_context(m), clean_session=True,
-        keepalive=m.keepalive, timeout=wait,
+        endpoint.host, endpoint.port, identifier=f"{config.client_id}-check-{nonce}",
+        username=m.username, password=config.password(), tls_context=tls.client_context(m),
+        clean_session=True, keepalive=m.keepalive, timeout=wait,
     )
     passed: list[str] = []
     try:

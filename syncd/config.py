@@ -11,6 +11,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from syncd.brokers import Broker, BrokerSyntaxError, parse_brokers
 from syncd.budget import Limits
 from syncd.errors import SyncdError
 from syncd.identity import parse_public
@@ -37,6 +38,16 @@ class MqttConfig:
     tls_ca_file: Path | None = None  # None: the system's CA store
     tls_cert_file: Path | None = None  # client certificate, for brokers that ask for one
     tls_key_file: Path | None = None  # None: the key is inside tls_cert_file
+    # Every broker to try, in order (`brokers = [...]`, or the one of host and port);
+    # host and port above are then the first of them.
+    brokers: tuple[Broker, ...] = ()
+    # QoS of syncd's subscriptions (it always publishes at QoS 1). 0 for NATS: there each
+    # QoS 1 subscription is a replicated JetStream consumer, refused while a member is down.
+    subscribe_qos: int = 1
+
+    @property
+    def endpoints(self) -> tuple[Broker, ...]:
+        return self.brokers or (Broker(self.host, self.port),)
 
 
 @dataclass(frozen=True)
@@ -151,8 +162,9 @@ _TOP = {
     "metrics", "roots", "admin_group", "limits",
 }
 _MQTT = {
-    "host", "port", "topic_prefix", "client_id", "username", "password_file", "keepalive",
-    "reconnect_min", "reconnect_max", "tls", "tls_ca_file", "tls_cert_file", "tls_key_file",
+    "host", "port", "brokers", "topic_prefix", "client_id", "username", "password_file",
+    "keepalive", "reconnect_min", "reconnect_max", "tls", "tls_ca_file", "tls_cert_file",
+    "tls_key_file", "subscribe_qos",
 }
 _KEY = {"files", "role", "writers"}
 _LIMITS = {"requests_per_second", "request_burst", "bytes_per_second", "byte_burst"}
@@ -301,20 +313,23 @@ def parse_config(data: dict[str, Any], path: Path, text: str = "") -> Config:
         raise m.error("tls", "is false, yet tls_* files are set (remove them, or tls = true)")
     if tls_files["tls_key_file"] and not tls_files["tls_cert_file"]:
         raise m.error("tls_key_file", "needs tls_cert_file (the certificate of that key)")
+    brokers = _brokers(m, 8883 if tls else 1883)
     mqtt = MqttConfig(
-        host=m.text("host", "127.0.0.1") or "127.0.0.1",
-        port=m.integer("port", 8883 if tls else 1883, 1, 65535),
+        host=brokers[0].host,
+        port=brokers[0].port,
+        brokers=brokers,
         topic_prefix=prefix,
         client_id=client_id,
         username=m.text("username"),
         password_file=m.path_("password_file", base),
-        keepalive=m.integer("keepalive", 30, 5, 3600),
+        keepalive=m.integer("keepalive", 30, 1, 3600),
         reconnect_min=reconnect_min,
         reconnect_max=m.number("reconnect_max", 30.0, reconnect_min, 3600),
         tls=tls,
         tls_ca_file=tls_files["tls_ca_file"],
         tls_cert_file=tls_files["tls_cert_file"],
         tls_key_file=tls_files["tls_key_file"],
+        subscribe_qos=m.integer("subscribe_qos", 1, 0, 1),
     )
     metrics = _metrics(top, _Reader(path, text, data.get("metrics", {}), "metrics"))
     limits = _limits(top, _Reader(path, text, data.get("limits", {}), "limits"))
@@ -381,6 +396,28 @@ def parse_config(data: dict[str, Any], path: Path, text: str = "") -> Config:
         limits=limits,
         source=path,
     )
+
+
+def _brokers(m: _Reader, default_port: int) -> tuple[Broker, ...]:
+    """`brokers = ["host:port", ...]`, or the single `host` and `port` (not both forms)."""
+    if "brokers" not in m.table:
+        host = m.text("host", "127.0.0.1") or "127.0.0.1"
+        return (Broker(host.strip("[]"), m.integer("port", default_port, 1, 65535)),)
+    single = [k for k in ("host", "port") if k in m.table]
+    if single:
+        lines = [f"{k} on line {n}" if (n := _line_of(m.source, m.dotted, k)) else k
+                 for k in single]
+        raise m.error("brokers", f"cannot be combined with {' and '.join(lines)}: list "
+                                 "every broker in brokers (\"host:port\"), or use host and "
+                                 "port alone for one broker")
+    value = m.table["brokers"]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise m.error("brokers", 'must be a list of "host:port" strings, such as '
+                                 '["mqtt-1.internal:8883", "[::1]:1883"]')
+    try:
+        return parse_brokers(value, default_port)
+    except BrokerSyntaxError as e:
+        raise m.error("brokers", str(e)) from None
 
 
 def _peers(top: _Reader, table: Any, p: _Reader) -> dict[str, str]:

@@ -2,8 +2,10 @@
 
 Contract (what happens when the broker goes away):
 - `run()` connects, subscribes, and calls `on_connected` each time a connection is made, then
-  hands every message to `on_message`. When the connection drops it retries forever with
-  exponential backoff and jitter, logging once per change of state, not once per attempt.
+  hands every message to `on_message`. When the connection drops, or cannot be made, it moves
+  to the next broker of `[mqtt] brokers` and retries forever, backing off with full jitter
+  after each round in which every broker failed (the policy is brokers.py's), logging once per
+  change of state of each broker, not once per attempt.
 - `publish()` never blocks and never raises: while disconnected it drops the message and
   returns False. Nothing relies on the broker to queue or deliver: positions are retained and
   re-announced on every connect, and missing bytes are requested again (anti-entropy).
@@ -19,13 +21,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import socket
 from collections.abc import Awaitable, Callable
 
 import aiomqtt
+from paho.mqtt.reasoncodes import ReasonCode
 
 from syncd import frames, tls
+from syncd.brokers import Broker, Rotation
 from syncd.config import Config
 
 log = logging.getLogger("syncd.link")
@@ -48,7 +51,9 @@ class Link:
         self.reconnects = 0
         self.conn = 0  # counts this run's connections: presence is ordered by it (freshness.py)
         m = config.mqtt
-        self.broker = f"{m.host}:{m.port}"
+        self._rotation = Rotation(m.endpoints, m.reconnect_min, m.reconnect_max)
+        self.switches = 0  # connections made to another broker than the one before
+        self._last_broker: Broker | None = None  # the broker of the last connection made
         self._presence_topic = frames.presence_topic(m.topic_prefix, config.node)
 
     def _make_client(self, conn: int) -> aiomqtt.Client:
@@ -60,8 +65,8 @@ class Link:
             qos=1, retain=True,
         )
         return aiomqtt.Client(
-            m.host,
-            m.port,
+            self._rotation.current.host,
+            self._rotation.current.port,
             identifier=self._config.client_id,
             username=m.username,
             password=self._config.password(),
@@ -77,32 +82,38 @@ class Link:
             logger=logging.getLogger("syncd.mqtt"),
         )
 
+    @property
+    def broker(self) -> str:
+        """The broker in use (connected, or being tried): host:port."""
+        return str(self._rotation.current)
+
+    @property
+    def brokers(self) -> list[str]:
+        return [str(b) for b in self._rotation.brokers]
+
     async def run(self) -> None:
         m = self._config.mqtt
-        delay = m.reconnect_min
-        failing_since: str | None = None
+        failing: dict[Broker, str] = {}  # broker -> last failure logged, during an outage
         attempts = 0
         while True:
             self.conn += 1
             conn = self.conn
             client = self._make_client(conn)
+            broker = self._rotation.current
             try:
                 async with client:
                     self._client = client
                     for topic in frames.subscriptions(m.topic_prefix, self._config.node):
-                        await client.subscribe(topic, qos=1)
+                        granted = await client.subscribe(topic, qos=m.subscribe_qos)
+                        _check_granted(topic, granted)
                     await client.publish(
                         self._presence_topic,
                         self._seal(self._presence_topic, True, conn),
                         qos=1, retain=True,
                     )
-                    if failing_since is not None:
-                        log.info("connected to broker %s after %d failed attempts",
-                                 self.broker, attempts)
-                    else:
-                        log.info("connected to broker %s as %s", self.broker,
-                                 self._config.client_id)
-                    failing_since, attempts, delay = None, 0, m.reconnect_min
+                    self._connected_to(broker, attempts)
+                    failing.clear()
+                    attempts = 0
                     self.connected.set()
                     await self._on_connected()
                     async for message in client.messages:
@@ -118,29 +129,56 @@ class Link:
                 self.connected.clear()
                 self._client = None
                 attempts += 1
-                reason = str(e) or type(e).__name__
-                if failing_since is None and _refused_credentials(reason):
-                    failing_since = reason
-                    log.error("broker %s refused our credentials (%s): check [mqtt] username "
-                              "and password_file, and the broker's password file and ACL; "
-                              "retrying with backoff", self.broker, reason)
-                elif failing_since is None:
-                    failing_since = reason
-                    log.warning("broker %s unreachable or lost (%s); retrying with backoff "
-                                "(%.3gs..%.3gs)", self.broker, reason, m.reconnect_min,
-                                m.reconnect_max)
-                elif reason != failing_since:
-                    failing_since = reason
-                    log.warning("broker %s still unavailable: %s", self.broker, reason)
-                else:
-                    log.debug("broker %s: attempt %d failed: %s", self.broker, attempts, reason)
                 self.reconnects += 1
-                # Full jitter keeps a fleet of hosts from reconnecting in lockstep.
-                await asyncio.sleep(random.uniform(m.reconnect_min, delay))
-                delay = min(m.reconnect_max, delay * 2)
+                rounds = self._rotation.failed_rounds
+                delay = self._rotation.failed()
+                self._log_failure(broker, str(e) or type(e).__name__, failing, delay,
+                                  rounds == 0 and self._rotation.failed_rounds == 1)
+                await asyncio.sleep(delay)
             finally:
                 self.connected.clear()
                 self._client = None
+
+    def _connected_to(self, broker: Broker, attempts: int) -> None:
+        self._rotation.connected()
+        place = (f" ({self._rotation.position} of {len(self._rotation.brokers)})"
+                 if len(self._rotation.brokers) > 1 else "")
+        if self._last_broker is not None and broker != self._last_broker:
+            self.switches += 1
+            log.warning("switched broker: connected to %s%s, was %s", broker, place,
+                        self._last_broker)
+        elif attempts:
+            log.info("connected to broker %s%s after %d failed attempts", broker, place,
+                     attempts)
+        else:
+            log.info("connected to broker %s%s as %s", broker, place, self._config.client_id)
+        self._last_broker = broker
+
+    def _log_failure(self, broker: Broker, reason: str, failing: dict[Broker, str],
+                     delay: float, first_round_failed: bool) -> None:
+        """Once per change of state of each broker, not once per attempt."""
+        m = self._config.mqtt
+        several = len(self._rotation.brokers) > 1
+        nxt = self._rotation.current
+        then = (f"; trying {nxt} next" if several else "; retrying") + \
+            f" (backoff {m.reconnect_min:.3g}s..{m.reconnect_max:.3g}s" + \
+            (" after each round of the list)" if several else ")")
+        last = failing.get(broker)
+        failing[broker] = reason
+        if last is None and _refused_credentials(reason):
+            log.error("broker %s refused our credentials (%s): check [mqtt] username and "
+                      "password_file, and the broker's password file and ACL%s",
+                      broker, reason, then)
+        elif last is None:
+            log.warning("broker %s unreachable or lost (%s)%s", broker, reason, then)
+        elif reason != last:
+            log.warning("broker %s still unavailable: %s", broker, reason)
+        else:
+            log.debug("broker %s: attempt failed: %s; next attempt on %s in %.3gs", broker,
+                      reason, nxt, delay)
+        if first_round_failed and several:
+            log.warning("no broker reachable (%d tried: %s); backing off between rounds",
+                        len(self._rotation.brokers), ", ".join(self.brokers))
 
     def publish(self, topic: str, payload: bytes, retain: bool = False) -> bool:
         """Hand a QoS 1 publish to the connection, in call order, without waiting for it.
@@ -170,6 +208,15 @@ class Link:
                     self._seal(self._presence_topic, False, self.conn),
                     qos=1, retain=True, timeout=2,
                 )
+
+
+def _check_granted(topic: str, granted: tuple[int, ...] | list[ReasonCode]) -> None:
+    """A refused subscription leaves us deaf while 'connected': count it as a failed connection
+    (the next broker is tried), never as a success."""
+    codes = [g if isinstance(g, int) else g.value for g in granted]
+    if any(c >= 0x80 for c in codes):
+        raise aiomqtt.MqttError(f"subscription to {topic} refused (SUBACK 0x{max(codes):02x}): "
+                                "check the broker's ACL (syncd check-config --broker)")
 
 
 def _refused_credentials(reason: str) -> bool:

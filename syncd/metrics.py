@@ -52,6 +52,13 @@ def families(status: Status) -> list[Metric]:
     connected.add_metric([], 1 if status["connected"] else 0)
     reconnects = CounterMetricFamily("syncd_broker_reconnects", "failed or lost connections")
     reconnects.add_metric([], status.get("reconnects", 0))
+    info = GaugeMetricFamily("syncd_broker_info", "always 1; the label names the broker in use "
+                             "(connected, or being tried)", labels=["broker"])
+    if status.get("broker"):
+        info.add_metric([status["broker"]], 1)
+    switches = CounterMetricFamily("syncd_broker_switches",
+                                   "connections made to another broker than the one before")
+    switches.add_metric([], status.get("broker_switches", 0))
     rejected = CounterMetricFamily("syncd_rejected_frames", "malformed or unauthenticated frames")
     rejected.add_metric([], status["rejected_frames"])
     online = GaugeMetricFamily("syncd_peer_online", "1 while a peer is online", labels=["peer"])
@@ -108,8 +115,8 @@ def families(status: Status) -> list[Metric]:
     build = GaugeMetricFamily("syncd_build_info", "always 1; the labels say what runs",
                               labels=["version", "python"])
     build.add_metric([__version__, platform.python_version()], 1)
-    return [build, connected, reconnects, rejected, online, by_state, diverged, unreplicated,
-            size, ready, behind, lag, lag_s, requests, *counters.values(),
+    return [build, connected, reconnects, info, switches, rejected, online, by_state, diverged,
+            unreplicated, size, ready, behind, lag, lag_s, requests, *counters.values(),
             *traffic(status.get("telemetry", {}))]
 
 

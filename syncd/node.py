@@ -595,7 +595,9 @@ class Node:
                                  min((p["size"] for p in peers.values()), default=0))
         return {
             "node": self.node,
-            "broker": self.link.broker,
+            "broker": self.link.broker,  # the one in use (connected, or being tried)
+            "brokers": self.link.brokers,  # every broker listed, in order
+            "broker_switches": self.link.switches,
             "connected": self.link.connected.is_set(),
             "connected_since": self.connected_since(),
             "peers": {n: {"online": o, "since": self.presence_since.get(n)}

@@ -93,7 +93,8 @@ def _count(n: int, word: str) -> str:
 
 
 def summary(status: Mapping[str, Any]) -> str:
-    """The one line `systemctl status` shows: "12 files, 0 diverged, 1 behind, broker connected"."""
+    """The one line `systemctl status` shows: "12 files, 0 diverged, 1 behind, broker
+    mqtt-1:8883 connected" (the broker in use, or being tried when DISCONNECTED)."""
     states = [f["state"] for f in status["files"]]
     parts = [_count(len(states), "file"), f"{states.count('diverged')} diverged",
              f"{states.count('behind')} behind"]
@@ -103,8 +104,8 @@ def summary(status: Mapping[str, Any]) -> str:
     if skipped := len(status.get("skipped", [])):  # directories that cannot be replicated
         parts.append(f"{skipped} {'directory' if skipped == 1 else 'directories'} not "
                      "replicated")
-    parts.append("broker connected" if status["connected"]
-                 else f"broker {status['broker']} DISCONNECTED")
+    state = "connected" if status["connected"] else "DISCONNECTED"
+    parts.append(f"broker {status['broker']} {state}")
     return ", ".join(parts)
 
 

@@ -7,6 +7,8 @@ diverge (hand edits, truncation, a cleared file) each get a key of their own, an
 refused: every other host keeps its bytes.
 
     python -m tests.chaos --faults 200 --seed 7      # the long mode, with a summary table
+    python -m tests.chaos --faults 100 --partitions  # + hosts cut off by a network partition
+    python -m tests.chaos --faults 100 --nats        # on a 3-member NATS cluster: + member loss
 
 The quick mode runs in the test suite (tests/test_chaos.py). The fault sequence is fixed by the
 seed; timings are not, so a failure report always names the seed and the fault being run.
@@ -31,8 +33,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from tests import netns
 from tests.cluster import Broker, Daemon, wait_until
 from tests.conftest import ishiki_lines
+from tests.nats import NatsCluster
 
 KEY = "chaos"
 MAIN_FAULTS = [
@@ -41,6 +45,12 @@ MAIN_FAULTS = [
     "not_utf8",
 ]
 DIVERGENCE_FAULTS = ["hand_edit", "truncate", "delete_recreate"]
+# --partitions: each host in a network namespace of its own (tests/netns.py; needs root).
+PARTITION_FAULTS = ["partition_replica", "partition_writer"]
+# --nats: the broker is a 3-member NATS cluster (tests/nats.py); its members die and return
+# instead of a broker restart.
+NATS_FAULTS = ["member_loss", "member_loss_writers"]
+BROKER_FAULTS = ["broker_restart", "broker_restart_persistent"]
 
 
 @dataclass
@@ -124,27 +134,66 @@ class Writer(threading.Thread):
 
 
 class Chaos:
-    def __init__(self, root: Path, seed: int, big_line: int) -> None:
+    def __init__(self, root: Path, seed: int, big_line: int, partitions: bool = False,
+                 nats: bool = False) -> None:
         self.rng = random.Random(seed)
         self.summary = Summary(seed)
         self.big_line_size = big_line
-        self.broker = Broker(root / "broker", max_queued_messages=50)  # drops early
-        self.daemons = {n: Daemon(root, n, self.broker, log_level="info") for n in "abc"}
-        self.writer = Writer(self.daemons["a"].path(KEY), rate=100)
+        self.file = "events.jsonl"
+        self.kinds = [k for k in MAIN_FAULTS if not (nats and k in BROKER_FAULTS)]
+        self.kinds += DIVERGENCE_FAULTS
+        self.net: netns.Net | None = None
+        self.cluster: NatsCluster | None = None
+        self.broker: Broker | None = None
+        if nats:
+            self.cluster = NatsCluster(root / "nats")
+            ends = self.cluster.endpoints
+            self.daemons = {n: Daemon(root, n, None, log_level="info", brokers=ends[i:] + ends[:i],
+                                      mqtt_extra="subscribe_qos = 0\n")
+                            for i, n in enumerate("abc")}
+            for d in self.daemons.values():
+                # A (re)connection waits for JetStream (the session record, retained
+                # positions), for ~10 s more while a member is being replaced.
+                d.connect_timeout = 60.0
+            self.kinds += NATS_FAULTS
+        elif partitions:
+            self.net = netns.Net("chaos")
+            self.broker = netns.NsBroker(self.net, root / "broker", "max_queued_messages 50\n")
+            hosts = {n: self.net.host(n) for n in "abc"}
+            # keepalive 2: a cut host and its peers notice within seconds.
+            self.daemons = {n: Daemon(root, n, None, log_level="info",
+                                      brokers=[h.broker_address(self.broker)],
+                                      mqtt_extra="keepalive = 2\n", prefix=h.exec)
+                            for n, h in hosts.items()}
+            self.kinds += PARTITION_FAULTS
+        else:
+            self.broker = Broker(root / "broker", max_queued_messages=50)  # drops early
+            self.daemons = {n: Daemon(root, n, self.broker, log_level="info") for n in "abc"}
+        self.writer = Writer(self._path(self.daemons["a"]), rate=100)
         self.divergence_keys = 0
+
+    def _path(self, d: Daemon, key: str = KEY) -> Path:
+        return d.path(key, self.file)
+
+    def _status(self, d: Daemon, key: str = KEY) -> dict[str, object]:
+        return d.file_status(key, self.file)
 
     # --- the run ----------------------------------------------------------------------------
 
     def run(self, faults: int, check_every: int, log: Callable[[str], None]) -> Summary:
-        self.broker.start()
-        for d in self.daemons.values():
-            d.start()
-        self.writer.start()
-        self.writer.resume()
         try:
+            if self.cluster is not None:
+                self.cluster.start()
+            elif self.broker is not None:
+                self.broker.start()
+            for d in self.daemons.values():
+                d.start(wait=False)
+            for d in self.daemons.values():
+                wait_until(lambda d=d: d.status()["connected"], 30, f"{d.node} to connect")
+            self.writer.start()
+            self.writer.resume()
             for i in range(faults):
-                kinds = MAIN_FAULTS + DIVERGENCE_FAULTS
-                kind = self.rng.choice(kinds)
+                kind = self.rng.choice(self.kinds)
                 log(f"[{i + 1}/{faults}] {kind}")
                 self.summary.injected[kind] += 1
                 getattr(self, kind)()
@@ -154,30 +203,35 @@ class Chaos:
             self.writer.stop()
             for d in self.daemons.values():
                 d.kill()
-            self.broker.stop()
+            if self.broker is not None:
+                self.broker.stop()
+            if self.cluster is not None:
+                self.cluster.stop()
+            if self.net is not None:
+                self.net.close()
         return self.summary
 
     def checkpoint(self) -> None:
         self.writer.pause()
-        source = self.daemons["a"].path(KEY)
+        source = self._path(self.daemons["a"])
         expected = source.read_bytes()
         replicas = [self.daemons["b"], self.daemons["c"]]
         try:
-            wait_until(lambda: all(_content(d.path(KEY)) == expected for d in replicas), 60,
+            wait_until(lambda: all(_content(self._path(d)) == expected for d in replicas), 60,
                        "copies to converge")
         except AssertionError as e:
-            states = {d.node: {k: d.file_status(KEY).get(k) for k in ("state", "size", "peers")}
+            states = {d.node: {k: self._status(d).get(k) for k in ("state", "size", "peers")}
                       for d in self.daemons.values()}
             raise AssertionError(f"{e}; source {len(expected)} bytes; {states}") from None
         finally:
             for d in replicas:
-                copy = _content(d.path(KEY))
+                copy = _content(self._path(d))
                 self.summary.copies_checked += 1
                 common = _common_prefix(copy, expected)
                 self.summary.bytes_lost += len(expected) - common
                 self.summary.bytes_changed += len(copy) - common
         digest = hashlib.sha256(expected).hexdigest()
-        assert all(hashlib.sha256(_content(d.path(KEY))).hexdigest() == digest
+        assert all(hashlib.sha256(_content(self._path(d))).hexdigest() == digest
                    for d in replicas)
         self.writer.resume()
 
@@ -208,6 +262,7 @@ class Chaos:
         c.start()
 
     def broker_restart(self, persistent: bool = False) -> None:
+        assert self.broker is not None
         lines = [line for line in self.broker.conf.read_text().splitlines()
                  if not line.startswith("persistence")]
         lines += ["persistence true", f"persistence_location {self.broker.dir}/"] if persistent \
@@ -232,6 +287,40 @@ class Chaos:
         d.pause()
         self._nap(0.5, 1.0)
         d.resume()
+
+    # --- partitions (--partitions) and member loss (--nats) -----------------------------------
+
+    def _partition(self, node: str) -> None:
+        assert self.net is not None
+        host = self.net.hosts[node]
+        host.cut()
+        self._nap(0.5, 4.0)  # up to twice the keepalive: often noticed, sometimes not
+        host.heal()
+
+    def partition_replica(self) -> None:
+        self._partition(self.rng.choice("bc"))
+
+    def partition_writer(self) -> None:
+        self._partition("a")
+
+    def member_loss(self) -> None:
+        """A NATS member dies (kill -9) and comes back; its hosts move to another member."""
+        assert self.cluster is not None
+        member = self.rng.randrange(len(self.cluster.members))
+        self.cluster.kill(member)
+        self._nap(0.5, 3.0)
+        self.cluster.start_member(member)
+
+    def member_loss_writers(self) -> None:
+        """The member the writer is connected to dies, at once after a burst of writes."""
+        assert self.cluster is not None
+        using = self.daemons["a"].status().get("broker")
+        member = next((i for i, m in enumerate(self.cluster.members) if m.endpoint == using),
+                      0)
+        self.writer.do(lambda n: self.writer.write(ishiki_lines(500)))
+        self.cluster.kill(member)
+        self._nap(0.5, 3.0)
+        self.cluster.start_member(member)
 
     def torn_line(self) -> None:
         line = ishiki_lines(1)
@@ -258,41 +347,42 @@ class Chaos:
         self.divergence_keys += 1
         key = f"diverge-{self.divergence_keys}"
         data = ishiki_lines(20)
-        path = self.daemons["a"].path(key)
+        path = self._path(self.daemons["a"], key)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
-        wait_until(lambda: all(_content(self.daemons[n].path(key)) == data for n in "bc"), 60,
-                   f"{key} to replicate")
+        wait_until(lambda: all(_content(self._path(self.daemons[n], key)) == data
+                               for n in "bc"), 60, f"{key} to replicate")
         return key, data
 
     def _expect_refused(self, key: str, data: bytes, states: dict[str, set[str]]) -> None:
         self.summary.refusals_expected += 1
 
         def refused() -> bool:
-            return all(self.daemons[n].file_status(key).get("state") in ok
+            return all(self._status(self.daemons[n], key).get("state") in ok
                        for n, ok in states.items())
 
         wait_until(refused, 30, f"{key} to be refused: {states}")
-        assert all(_content(self.daemons[n].path(key)) == data for n in "bc"), "copies changed"
+        assert all(_content(self._path(self.daemons[n], key)) == data
+                   for n in "bc"), "copies changed"
         self.summary.refused += 1
 
     def hand_edit(self) -> None:
         key, data = self._diverging_key()
         lines = data.splitlines(keepends=True)
         drop = self.rng.randrange(len(lines) - 1)
-        self.daemons["a"].path(key).write_bytes(b"".join(lines[:drop] + lines[drop + 1 :]))
+        self._path(self.daemons["a"], key).write_bytes(b"".join(lines[:drop] + lines[drop + 1 :]))
         self._expect_refused(key, data, {"b": {"diverged"}, "c": {"diverged"},
                                          "a": {"diverged", "reset"}})
 
     def truncate(self) -> None:
         key, data = self._diverging_key()
-        with self.daemons["a"].path(key).open("r+b") as f:
+        with self._path(self.daemons["a"], key).open("r+b") as f:
             f.truncate(self.rng.randrange(len(data) // 2))
         self._expect_refused(key, data, {"a": {"reset"}})
 
     def delete_recreate(self) -> None:
         key, data = self._diverging_key()
-        path = self.daemons["a"].path(key)
+        path = self._path(self.daemons["a"], key)
         path.unlink()
         path.write_bytes(ishiki_lines(2))
         self._expect_refused(key, data, {"a": {"reset"}})
@@ -318,8 +408,9 @@ def _common_prefix(a: bytes, b: bytes) -> int:
 
 
 def run(root: Path, faults: int, seed: int, check_every: int = 5, big_line: int = 2 << 20,
-        log: Callable[[str], None] = print) -> Summary:
-    return Chaos(root, seed, big_line).run(faults, check_every, log)
+        log: Callable[[str], None] = print, partitions: bool = False,
+        nats: bool = False) -> Summary:
+    return Chaos(root, seed, big_line, partitions, nats).run(faults, check_every, log)
 
 
 def main() -> None:
@@ -329,11 +420,15 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument("--check-every", type=int, default=5)
     parser.add_argument("--big-line-mb", type=int, default=20)
+    parser.add_argument("--partitions", action="store_true",
+                        help="hosts in network namespaces, cut off at random (needs root)")
+    parser.add_argument("--nats", action="store_true",
+                        help="a 3-member NATS cluster as the broker; members die at random")
     args = parser.parse_args()
     tmp = tempfile.mkdtemp(prefix="syncd-chaos-")
     try:
         summary = run(Path(tmp), args.faults, args.seed, args.check_every,
-                      args.big_line_mb << 20)
+                      args.big_line_mb << 20, partitions=args.partitions, nats=args.nats)
     except Exception:
         print(f"chaos FAILED with seed {args.seed}; logs kept in {tmp}", file=sys.stderr)
         raise

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import signal
@@ -96,6 +97,13 @@ class Broker:
         self.proc = None
 
 
+def _where(broker: Broker | None, brokers: Sequence[str]) -> str:
+    if brokers:
+        return f"brokers = [{', '.join(json.dumps(b) for b in brokers)}]\n"
+    assert broker is not None
+    return f'host = "127.0.0.1"\nport = {broker.port}\n'
+
+
 class Daemon:
     """One `syncd run` process with its own runtimes and state directories.
 
@@ -110,11 +118,16 @@ class Daemon:
 
     TEST_TUNING = "sweep_interval = 0.2\nrequest_timeout = 1.0\n"
 
-    def __init__(self, root: Path, node: str, broker: Broker, extra: str = "",
+    def __init__(self, root: Path, node: str, broker: Broker | None, extra: str = "",
                  tuning: str = TEST_TUNING, log_level: str = "debug",
                  env: dict[str, str] | None = None, listed: bool = True,
-                 mqtt_extra: str = "", args: Sequence[str] = ()) -> None:
+                 mqtt_extra: str = "", args: Sequence[str] = (),
+                 brokers: Sequence[str] = (), prefix: Sequence[str] = ()) -> None:
+        """`brokers`: ["host:port", ...] for `[mqtt] brokers`, instead of `broker`'s port;
+        `prefix`: a command that runs `syncd run` (e.g. `ip netns exec NS`)."""
         self.node = node
+        self.prefix = list(prefix)
+        self.connect_timeout = 15.0  # start(): seconds to wait for the broker connection
         self.log_level = log_level
         self.args = list(args)  # more `syncd run` options
         self.env = env or {}
@@ -135,8 +148,7 @@ class Daemon:
             f"{tuning}"
             f"{extra}\n"
             "[mqtt]\n"
-            'host = "127.0.0.1"\n'
-            f"port = {broker.port}\n"
+            f"{_where(broker, brokers)}"
             'topic_prefix = "test/syncd"\n'
             "reconnect_min = 0.05\n"
             "reconnect_max = 0.5\n"
@@ -178,13 +190,14 @@ class Daemon:
     def start(self, wait: bool = True) -> None:
         out = self.log.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "syncd", "run", "--config", str(self.config),
+            [*self.prefix, sys.executable, "-m", "syncd", "run", "--config", str(self.config),
              "--log-level", self.log_level, *self.args],
             stdout=out, stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
         )
         if wait:
-            wait_until(lambda: self.status()["connected"], 15, f"{self.node} to connect")
+            wait_until(lambda: self.status()["connected"], self.connect_timeout,
+                       f"{self.node} to connect")
 
     def status(self) -> dict[str, Any]:
         if self.proc is not None and self.proc.poll() is not None:

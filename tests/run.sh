@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one command that runs the whole test suite on a fresh Debian/Ubuntu machine:
 #   bash tests/run.sh
-# It installs what it needs (Mosquitto and promtool when absent, the Python packages into .venv),
+# It installs what it needs (Mosquitto, nats-server and promtool when absent, the Python packages
+# into .venv; iproute2 for the network-partition tests),
 # then runs ruff, mypy and pytest. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +12,21 @@ if ! command -v mosquitto >/dev/null 2>&1 && [ ! -x /usr/sbin/mosquitto ]; then
   echo "tests/run.sh: installing mosquitto (the tests start their own brokers)" >&2
   $SUDO apt-get update -q
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q mosquitto
+fi
+
+# nats-server is the second reference broker: a 3-member cluster serving MQTT from every member
+# (tests/nats.py). Debian ships it (2.9 in bookworm).
+if ! command -v nats-server >/dev/null 2>&1 && [ ! -x /usr/sbin/nats-server ]; then
+  echo "tests/run.sh: installing nats-server (the NATS cluster tests start their own)" >&2
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q nats-server
+fi
+# ip and tc put syncd hosts in network namespaces and cut their links (tests/netns.py).
+if ! command -v ip >/dev/null 2>&1 || ! command -v tc >/dev/null 2>&1; then
+  echo "tests/run.sh: installing iproute2 (for the network-partition tests)" >&2
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q iproute2 \
+    || echo "tests/run.sh: iproute2 not installable here; the partition tests will skip" >&2
 fi
 
 # promtool checks the shipped alert rules (monitoring/); Debian ships it in prometheus.

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tests.chaos import MAIN_FAULTS, run
+from tests import netns
+from tests.chaos import MAIN_FAULTS, PARTITION_FAULTS, run
 
 
 def test_quick_chaos_loses_and_changes_nothing(tmp_path: Path) -> None:
@@ -17,3 +18,15 @@ def test_quick_chaos_loses_and_changes_nothing(tmp_path: Path) -> None:
     assert summary.refused == summary.refusals_expected, summary.table()
     assert summary.copies_checked >= 16
     assert len(set(summary.injected) & set(MAIN_FAULTS)) >= 5  # a real mix of faults
+
+
+def test_quick_chaos_with_network_partitions(tmp_path: Path) -> None:
+    """Each host in a network namespace; cuts of the writer's and the replicas' links join
+    the faults (the long mode: python -m tests.chaos --partitions)."""
+    netns.require()
+    summary = run(tmp_path, faults=12, seed=int(os.environ.get("CHAOS_SEED", "20261201")),
+                  check_every=4, big_line=1 << 20, log=lambda line: None, partitions=True)
+    print(summary.table())
+    assert summary.bytes_lost == 0 and summary.bytes_changed == 0, summary.table()
+    assert summary.refused == summary.refusals_expected, summary.table()
+    assert set(summary.injected) & set(PARTITION_FAULTS), summary.table()

@@ -15,7 +15,7 @@ from syncd.brokercheck import classify_connect_error
 from syncd.cli.main import main
 from syncd.identity import write_identity
 from tests.certs import CA
-from tests.cluster import Broker, node_identity
+from tests.cluster import Broker, free_port, node_identity
 
 
 def setup(tmp_path: Path, extra: str = "", mqtt: str = "") -> Path:
@@ -166,6 +166,40 @@ def test_broker_check_passes_on_an_open_broker(tmp_path: Path, broker: Broker) -
         f"broker OK: connected to 127.0.0.1:{broker.port} as (anonymous); subscriptions "
         "granted; live probe published and read back; largest frame (266311 bytes) "
         "accepted; retained probe kept (and cleared)")
+
+
+def dual_stack(port: int) -> str:
+    return (f"listener {port} 127.0.0.1\nlistener {port} ::1\nallow_anonymous true\n"
+            "persistence false\n")
+
+
+def test_broker_check_checks_every_listed_broker_and_names_the_unreachable(
+    tmp_path: Path
+) -> None:
+    broker = Broker(tmp_path / "broker", config=dual_stack)
+    broker.start()
+    down = free_port()
+    config = broker_config(tmp_path, broker)
+    config.write_text(config.read_text().replace(
+        'host = "127.0.0.1"\nport = ' f"{broker.port}\n",
+        f'brokers = ["[::1]:{broker.port}", "127.0.0.1:{down}", "127.0.0.1:{broker.port}"]\n'))
+    try:
+        result = check_broker(config)
+    finally:
+        broker.stop()
+    assert result.exit_code == 1, result.output
+    assert result.stdout.splitlines()[1:] == [
+        f"broker OK: connected to [::1]:{broker.port} as (anonymous); subscriptions granted; "
+        "live probe published and read back; largest frame (266311 bytes) accepted; retained "
+        "probe kept (and cleared)",
+        f"broker OK: connected to 127.0.0.1:{broker.port} as (anonymous); subscriptions "
+        "granted; live probe published and read back; largest frame (266311 bytes) accepted; "
+        "retained probe kept (and cleared)",
+        f"brokers: 2 of 3 reachable and usable: [::1]:{broker.port}, 127.0.0.1:{broker.port}; "
+        f"NOT usable: 127.0.0.1:{down}",
+    ]
+    assert result.stderr.startswith(f"syncd: broker check failed: unreachable: broker "
+                                    f"127.0.0.1:{down}: cannot connect")
 
 
 def test_broker_check_names_an_acl_that_drops_our_publishes(tmp_path: Path) -> None:

@@ -52,6 +52,14 @@ def test_render_for_people() -> None:
     ])
 
 
+def test_render_names_the_broker_in_use_among_several() -> None:
+    several = {**STATUS, "broker": "[fd00::2]:1883", "connected": False,
+               "brokers": ["mqtt-1.internal:8883", "[fd00::2]:1883", "mqtt-3:1883"]}
+    assert render(several).splitlines()[0] == (
+        "node host-a  broker [fd00::2]:1883 (DISCONNECTED, 2 of 3 listed)  peers online: "
+        "host-b  offline: host-c")
+
+
 def test_select_keys_and_problems() -> None:
     assert [f["key"] for f in select(STATUS, ["bot-2", "bot-3"], False)["files"]] == [
         "bot-2", "bot-3"]

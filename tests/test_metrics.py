@@ -36,7 +36,8 @@ def exposition(snapshot: Callable[[], dict[str, Any]]) -> Samples:
 def test_families_from_a_status_snapshot() -> None:
     peer = {"size": 100, "state": "ahead", "frozen": None, "online": True, "lag_bytes": 20}
     status = {
-        "connected": True, "rejected_frames": 3, "reconnects": 2,
+        "connected": True, "rejected_frames": 3, "reconnects": 2, "broker": "[::1]:1884",
+        "brokers": ["mqtt-1:1883", "[::1]:1884"], "broker_switches": 1,
         "peers": {"b": {"online": True}, "c": {"online": False}},
         "files": [
             {"key": "bot-1", "file": "events.jsonl", "size": 120, "state": "ahead",
@@ -54,6 +55,10 @@ def test_families_from_a_status_snapshot() -> None:
     two = (("file", "events.jsonl"), ("key", "bot-2"))
     assert s[("syncd_broker_connected", ())] == 1
     assert s[("syncd_broker_reconnects_total", ())] == 2
+    assert s[("syncd_broker_info", (("broker", "[::1]:1884"),))] == 1
+    assert [k for k in s if k[0] == "syncd_broker_info"] == [
+        ("syncd_broker_info", (("broker", "[::1]:1884"),))]  # only the one in use
+    assert s[("syncd_broker_switches_total", ())] == 1
     assert s[("syncd_rejected_frames_total", ())] == 3
     assert s[("syncd_peer_online", (("peer", "c"),))] == 0
     assert s[("syncd_files", (("state", "diverged"),))] == 1
@@ -90,6 +95,8 @@ def test_scrape_a_running_daemon(tmp_path: Path, broker: Broker,
 
     s = wait_until(caught_up, 10, "b's lag to reach 0 in a's metrics")
     assert s[("syncd_broker_connected", ())] == 1
+    assert s[("syncd_broker_info", (("broker", f"127.0.0.1:{broker.port}"),))] == 1
+    assert s[("syncd_broker_switches_total", ())] == 0
     assert s[("syncd_peer_online", (("peer", "b"),))] == 1
     # Live or on request, depending on whether b was listening when the bytes appeared.
     sent = s[("syncd_shipped_bytes_total", labels)] + s[("syncd_served_bytes_total", labels)]

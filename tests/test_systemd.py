@@ -81,7 +81,7 @@ def test_status_line() -> None:
     files = [{"state": s} for s in ("in_sync", "in_sync", "behind", "diverged", "reset",
                                      "paused")]
     assert summary({"files": files, "connected": True, "broker": "b:1883"}) == (
-        "6 files, 1 diverged, 1 behind, 1 reset, 1 paused, broker connected")
+        "6 files, 1 diverged, 1 behind, 1 reset, 1 paused, broker b:1883 connected")
     assert summary({"files": files[:1], "connected": False, "broker": "b:1883"}) == (
         "1 file, 0 diverged, 0 behind, broker b:1883 DISCONNECTED")
 
@@ -114,8 +114,9 @@ def test_start_timeout_is_extended_while_files_are_checked_and_only_before_ready
     asyncio.run(scenario())
     notifier.close()
     extend = {"EXTEND_TIMEOUT_USEC": str(EXTEND_START_USEC)}
-    verifying = {"STATUS": "1 file, 0 diverged, 0 behind, 1 verifying, broker connected"}
-    in_sync = {"STATUS": "1 file, 0 diverged, 0 behind, broker connected"}
+    verifying = {"STATUS": "1 file, 0 diverged, 0 behind, 1 verifying, broker b:1883 "
+                           "connected"}
+    in_sync = {"STATUS": "1 file, 0 diverged, 0 behind, broker b:1883 connected"}
     dog = {"WATCHDOG": "1"}
     assert listener.drain() == [
         dog, extend, verifying, dog, extend, dog, extend,
@@ -146,7 +147,8 @@ def test_run_notifies_ready_only_once_connected_then_status_watchdog_stopping(
         ready = listener.first("READY", "1")
         assert ready is not None
         assert listener.messages[ready]["STATUS"] == ("1 file, 0 diverged, 0 behind, "
-                                                      "broker connected")
+                                                      f"broker 127.0.0.1:{broker.port} "
+                                                      "connected")
         assert daemon.status()["connected"]
         wait_until(lambda: sum("WATCHDOG" in m for m in listener.drain()) >= 3, 5,
                    "watchdog pings")

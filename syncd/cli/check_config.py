@@ -136,7 +136,8 @@ def command(config_path: Path, broker: bool, timeout: float) -> None:
     \b
     Exit status:
       0  `syncd run` could start with it (and, with --broker, the broker carries its traffic)
-      1  --broker: the broker check failed; the message starts with the cause:
+      1  --broker: the broker check failed (with `brokers = [...]`: on any broker of the
+         list; each is checked); the message starts with the cause:
          unreachable, credentials, tls, subscribe, acl, packet_limit or retained
       2  the config or a path, identity, password or TLS file it names is not usable
     """
@@ -158,12 +159,20 @@ def command(config_path: Path, broker: bool, timeout: float) -> None:
         click.echo(f"note: secret_file is no longer used (frames are signed with each host's "
                    f"identity_file since protocol 3); remove it from {config_path}", err=True)
     if broker:
-        try:
-            passed = asyncio.run(brokercheck.check(config, timeout))
-        except brokercheck.BrokerProblem as e:
-            click.echo(f"syncd: broker check failed: {e.cause}: {e}", err=True)
+        results = asyncio.run(brokercheck.check_all(config, timeout))
+        for _endpoint, result in results:
+            if isinstance(result, brokercheck.BrokerProblem):
+                click.echo(f"syncd: broker check failed: {result.cause}: {result}", err=True)
+            else:
+                click.echo(f"broker OK: {'; '.join(result)}")
+        bad = [str(b) for b, r in results if isinstance(r, brokercheck.BrokerProblem)]
+        if len(results) > 1:
+            good = [str(b) for b, r in results if not isinstance(r, brokercheck.BrokerProblem)]
+            click.echo(f"brokers: {len(good)} of {len(results)} reachable and usable"
+                       f"{': ' + ', '.join(good) if good else ''}"
+                       f"{'; NOT usable: ' + ', '.join(bad) if bad else ''}")
+        if bad:
             sys.exit(EXIT_BROKER)
-        click.echo(f"broker OK: {'; '.join(passed)}")
     if os.geteuid() == 0:
         click.echo("note: checked as root, who may read and write anything; to check the "
                    "service's permissions: sudo -u syncd syncd check-config --config "

@@ -76,16 +76,20 @@ async def forget(config: Config, node: str, username: str | None, password: str 
     positions = f"{p}/p/{frames.level(node)}/+/+"
     nonce = secrets.token_hex(4)
     sentinel = f"{p}/a/{frames.level(config.node)}/syncd-forget/{nonce}"
-    client = aiomqtt.Client(
-        m.host, m.port, identifier=f"{config.client_id}-forget-{nonce}", username=username,
-        password=password, tls_context=tls.client_context(m), clean_session=True,
-        keepalive=m.keepalive, timeout=wait,
-    )
-    try:
-        await client.__aenter__()
-    except aiomqtt.MqttError as e:
-        raise Refused(f"cannot connect to broker {m.host}:{m.port} "
-                      f"({classify_connect_error(e)}: {e})") from None
+    failures = []
+    for endpoint in m.endpoints:  # the first of `[mqtt] brokers` that answers
+        client = aiomqtt.Client(
+            endpoint.host, endpoint.port, identifier=f"{config.client_id}-forget-{nonce}",
+            username=username, password=password, tls_context=tls.client_context(m),
+            clean_session=True, keepalive=m.keepalive, timeout=wait,
+        )
+        try:
+            await client.__aenter__()
+            break
+        except aiomqtt.MqttError as e:
+            failures.append(f"{endpoint} ({classify_connect_error(e)}: {e})")
+    else:
+        raise Refused(f"cannot connect to broker {'; nor to '.join(failures)}")
     try:
         retained = await _retained(client, [presence_topic, positions], sentinel, wait)
         had_presence = retained.pop(presence_topic, None) is not None

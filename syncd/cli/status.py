@@ -165,8 +165,11 @@ def render(status: dict[str, Any]) -> str:
     peers = status["peers"]
     online = sorted(n for n, p in peers.items() if p["online"])
     offline = sorted(n for n, p in peers.items() if not p["online"])
+    listed = status.get("brokers", [])
+    which = (f", {listed.index(status['broker']) + 1} of {len(listed)} listed"
+             if len(listed) > 1 and status["broker"] in listed else "")
     head = (f"node {status['node']}  broker {status['broker']} "
-            f"({'connected' if status['connected'] else 'DISCONNECTED'})  "
+            f"({'connected' if status['connected'] else 'DISCONNECTED'}{which})  "
             f"peers online: {', '.join(online) or '-'}")
     if offline:
         head += f"  offline: {', '.join(offline)}"
