@@ -410,8 +410,8 @@ class Story:
             return d if refused and d and d.get("line") is not None else None
 
         d = await self.until("both hosts to refuse the fork and locate it", located)
-        self.say(f"fork REFUSED on both hosts: {KEY} is frozen, nothing written or sent; the "
-                 f"copies part at byte {d['offset']}, line {d['line']}:")
+        self.say(f"fork REFUSED on both hosts: nothing of {KEY} moves between them, nothing "
+                 f"is overwritten; the copies part at byte {d['offset']}, line {d['line']}:")
         self._say(self.elapsed(), f"    {a}: {d['ours']}")
         self._say(self.elapsed(), f"    {b}: {d['theirs']}")
 

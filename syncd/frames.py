@@ -59,6 +59,7 @@ _HEADER_LEN = struct.Struct(">I")
 HEADER_START = len(PREAMBLE) + SIGNATURE_SIZE + _HEADER_LEN.size
 MAX_HEADER = 1 << 20
 MAX_ITEMS = 4096
+MAX_DIVERGED = 1024  # peers one announcement may name as diverged (more hosts than any cluster)
 LEVEL_MAX = 100
 
 
@@ -228,12 +229,16 @@ class Presence:
 
 @dataclass(frozen=True, slots=True)
 class Announce:
-    """A host's position for one file; `frozen` names why it stopped replicating, if it did."""
+    """A host's position for one file; `frozen` names why it stopped replicating, if it did
+    (a local reason: reset, a write on a replica, or "adopting"); `diverged` names the peers
+    whose copies differ from this one inside the common prefix. A divergence isolates that
+    peer only, so it is said here, per peer, not as a freeze: the peer learns that we know."""
 
     size: int
     digest: bytes
     frozen: str | None = None
     answers: int = 0  # the `ask` of an adopting peer's request this announcement answers
+    diverged: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,10 +340,12 @@ def _item_header(item: Item) -> tuple[dict[str, Any], bytes]:
             header = {"online": online}
             if retired:
                 header["retired"] = True
-        case Announce(size, digest, frozen, answers):
+        case Announce(size, digest, frozen, answers, diverged):
             header = {"size": size, "digest": digest.hex(), "frozen": frozen}
             if answers:
                 header["answers"] = answers
+            if diverged:
+                header["diverged"] = list(diverged)
         case Data(offset, base, data):
             header = {"offset": offset, "base": base.hex()}
             body = data
@@ -490,8 +497,12 @@ def _payload(kind: Kind, header: dict[str, Any], body: bytes) -> Payload:
             frozen = header.get("frozen")
             if frozen is not None and (not isinstance(frozen, str) or len(frozen) > 200):
                 raise FrameError("field 'frozen' must be a short string or null")
+            diverged = header.get("diverged", [])
+            if (not isinstance(diverged, list) or len(diverged) > MAX_DIVERGED
+                    or not all(isinstance(n, str) and 0 < len(n) <= 200 for n in diverged)):
+                raise FrameError("field 'diverged' must be a short list of node names")
             return Announce(_count(header, "size"), _digest(header, "digest"), frozen,
-                            _count(header, "answers", 0))
+                            _count(header, "answers", 0), tuple(diverged))
         case Kind.LIVE | Kind.FILL:
             if not body:
                 raise FrameError("data frame without data")

@@ -25,8 +25,10 @@ describes, what every peer announced, and a mode:
     LOADING     start-up: the record is checked against the file (rehashed if it changed)
     UNREADABLE  the file cannot be read at all; a reload is tried every few seconds
     LIVE        replicating: local growth is shipped, a peer's bytes that extend ours appended
-    FROZEN      a reset (our file was deleted, replaced or truncated) or a divergence: nothing
-                is written or sent for it; it still answers requests with refusals and probes
+                (from every peer but those whose copies diverged from ours: see below)
+    FROZEN      a local reason: a reset (our file was deleted, replaced or truncated), a write
+                on a `replica`, another process writing while we append: nothing is written or
+                sent for it; it still answers requests with refusals and probes
     ADOPTING    an operator chose another host's copy: ours is archived, theirs is fetched
 
     LOADING -> LIVE | FROZEN | UNREADABLE      UNREADABLE -> LOADING
@@ -41,6 +43,14 @@ The rule, for local and remote bytes alike, lives in `reconcile`: bytes are appe
 our end and only after a prefix whose digest equals ours; `judge_local` says whether our
 recorded history is still a prefix of the file. Three predicates gate the rest:
 `may_accept(peer)`, `may_ship()`, `may_serve(force)`.
+
+A divergence is per peer (`diverged`): a copy that differs from ours inside the common prefix
+isolates that peer only. Nothing is taken from it or fetched from it, its requests are refused
+(an adopting peer's forced requests excepted), and we say in our announcement that we know;
+with every other peer the file stays LIVE. One listed host with another history (a compromised
+one, a stale one, the other side of a split brain) therefore stops nothing between the rest.
+It clears when the peer announces a copy consistent with ours past the point where they
+parted (it adopted ours, or we adopted its), by `forget`, or by an adoption here.
 """
 
 from __future__ import annotations
@@ -168,13 +178,18 @@ class PeerView:
     frozen: str | None
     state: PeerState = PeerState.AHEAD
     verified: bool = False  # consistency checked for this position
+    # This position was judged to differ from ours. Kept for the position: a prefix of ours
+    # never changes while we only grow (an edit or an adoption here judges everything again).
+    forked: bool = False
     probed: bool = False  # a zero-length request was sent to check consistency
+    diverged: tuple[str, ...] = ()  # the peers it announces diverged from (us among them?)
     # For readiness (wall-clock times): when we last heard of this copy, last learned it
     # grew (its host was writing), first saw it ahead of ours, first heard it frozen.
     heard_at: float | None = None
     grew_at: float | None = None
     ahead_since: float | None = None
     frozen_since: float | None = None
+    disputes_since: float | None = None  # first heard it announce a divergence
 
 
 @dataclass
@@ -248,8 +263,9 @@ class Machine:
         self.own_removal_until = float("-inf")
         self.locating: dict[str, float] = {}  # peer -> when we last asked it where we part
         # peer -> what tells it our copies differ (our digest at an offset both hold): sent
-        # again with each locate retry until the peer shows it knows (it announces a freeze),
-        # so that a lost frame never leaves a fork shown on one side only.
+        # again with each locate retry until the peer shows it knows (its announcement names
+        # us among its divergences), so that a lost frame never leaves a fork shown on one
+        # side only.
         self.refusals: dict[str, Refuse] = {}
         self._record: FileRecord | None = None  # during LOADING
         self._record_chain: list[bytes] = []
@@ -265,9 +281,9 @@ class Machine:
 
     @property
     def frozen(self) -> str | None:
-        if self.freeze is not None:
-            return self.freeze.reason
-        return "diverged" if self.diverged else None
+        """Why the whole file stopped replicating: local reasons only. A divergence from a
+        peer isolates that peer (`diverged`), not the file."""
+        return self.freeze.reason if self.freeze is not None else None
 
     @property
     def held(self) -> int:
@@ -280,7 +296,7 @@ class Machine:
             return False
         if self.mode is Mode.ADOPTING:
             return self.adoption is not None and self.adoption.peer == peer
-        if self.mode is not Mode.LIVE or self.role == "source":
+        if self.mode is not Mode.LIVE or self.role == "source" or peer in self.diverged:
             return False
         return self.paused is None or not self.paused.blocks_appends()
 
@@ -301,8 +317,13 @@ class Machine:
             raise AssertionError(f"{self.name}: no transition {self.mode.value} -> {mode.value}")
         self.mode = mode
 
+    def knows_of_fork(self, peer: str) -> bool:
+        """Whether `peer` announced that its copy and ours differ (it names us)."""
+        view = self.peers.get(peer)
+        return view is not None and self.node in view.diverged
+
     def _refreeze_or_live(self) -> None:
-        """LIVE unless a freeze or a divergence holds (after one was added or cleared)."""
+        """LIVE unless a (local) freeze holds, after one was added or cleared."""
         if self.mode in (Mode.LIVE, Mode.FROZEN):
             self._enter(Mode.FROZEN if self.frozen else Mode.LIVE)
 
@@ -486,8 +507,7 @@ class Machine:
             else None,
         ) if t is not None]
         for peer, f in self.diverged.items():
-            view = self.peers.get(peer)
-            unaware = peer in self.refusals and (view is None or view.frozen is None)
+            unaware = peer in self.refusals and not self.knows_of_fork(peer)
             if (f.line is None or unaware) and self.online.get(peer) and self.ledger is not None:
                 times.append(self.locating.get(peer, float("-inf")) + LOCATE_RETRY)
         return min(times) if times else None
@@ -778,9 +798,10 @@ class Machine:
               out: list[Effect], send: bool = True) -> None:
         """Send local growth: whole lines only, of bytes just re-read (the tail included).
 
-        A frozen copy (diverged, not reset) records its local lines without sending them:
-        its position then describes its file, so that an operator who adopts it gets the
-        copy as it is now.
+        A frozen copy that still knows its file (not reset) records its local lines without
+        sending them: its position then describes its file, so that an operator who adopts it
+        gets the copy as it is now. A copy diverged from some peers is not frozen: it ships to
+        all (a diverged peer takes nothing from us), and its position describes its file too.
         """
         ledger = self.ledger
         assert ledger is not None
@@ -845,7 +866,7 @@ class Machine:
                      f"difference in the 64 KiB block at offset {block_start(where)}")
         out.append(Log(logging.WARNING, f"{self.name}: {self.note}"))
         for view in self.peers.values():
-            view.verified = False
+            view.verified = view.forked = False
         self.record_dirty = True
         out.append(LogCheck(restart=True))
         out.append(Sync(local=True))  # durable before announced, edited bytes included
@@ -866,11 +887,18 @@ class Machine:
             view.frozen_since = old.frozen_since
         if old is not None and pos.size > old.position.size:
             view.grew_at = wall
+        if old is not None and view is not old:
+            view.disputes_since = old.disputes_since
         if a.frozen is None:
             view.frozen_since = None
         elif old is None or old.frozen != a.frozen or view.frozen_since is None:
             view.frozen_since = wall
         view.frozen = a.frozen
+        if not a.diverged:
+            view.disputes_since = None
+        elif view.disputes_since is None:
+            view.disputes_since = wall
+        view.diverged = a.diverged
         ad = self.adoption
         if ad is not None and ad.peer == peer and ad.ask and a.answers == ad.ask:
             ad.fresh = pos  # announced in reply to our request, so after it
@@ -890,37 +918,60 @@ class Machine:
         theirs = view.position
         if view.verified:
             view.state = PeerState.IN_SYNC if theirs.size == ledger.size else PeerState.BEHIND
-            return
-        if theirs.size > ledger.size:
-            view.state = PeerState.DIVERGED if peer in self.diverged else PeerState.AHEAD
-            if view.frozen is not None and not view.probed and self.mode is not Mode.ADOPTING:
-                # We will not fetch from a frozen peer, so ask it once whether our prefix is
-                # its prefix: a zero-length request is answered only by a refusal.
+        elif view.forked:
+            view.state = PeerState.DIVERGED
+        elif theirs.size > ledger.size:
+            view.state = PeerState.AHEAD
+            if ((view.frozen is not None or self.node in view.diverged) and not view.probed
+                    and peer not in self.diverged and self.mode is not Mode.ADOPTING):
+                # We will not fetch from a frozen peer, nor from one that says our copies
+                # differ, so ask it once whether our prefix is its prefix: a zero-length
+                # request is answered only by a refusal. (Known diverged: nothing to ask.)
                 view.probed = True
                 out.append(Send(Kind.REQ, Request(ledger.size, ledger.digest(), ledger.size, 0),
                                 to=peer))
+        else:
+            ours = self._digest_at(theirs.size, snap)
+            if ours is None:
+                # Needs bytes of an older block: read them, then judge. If they were read and
+                # are not there, the file shrank under us: the look says how.
+                out.append(Reassess(peer) if reread else LookAgain())
+                return
+            view.state = judge_peer(Position(ledger.size, ledger.digest()), theirs, ours)
+            view.verified = view.state is not PeerState.DIVERGED
+            view.forked = not view.verified
+            if view.forked:
+                self.refusals[peer] = Refuse(theirs.size, ours)
+                self._diverge(peer, theirs.size, f"{peer} announced a copy of {theirs.size} "
+                              "bytes whose prefix differs from ours", now, wall, out)
+        found = self.diverged.get(peer)
+        if found is None:
             return
-        ours = self._digest_at(theirs.size, snap)
-        if ours is None:
-            # Needs bytes of an older block: read them, then judge. If they were read and are
-            # not there, the file shrank under us: the look says how.
-            out.append(Reassess(peer) if reread else LookAgain())
-            return
-        view.state = judge_peer(Position(ledger.size, ledger.digest()), theirs, ours)
-        view.verified = view.state is not PeerState.DIVERGED
-        if view.state is PeerState.DIVERGED:
-            self.refusals[peer] = Refuse(theirs.size, ours)
-            self._diverge(peer, theirs.size, f"{peer} announced a copy of {theirs.size} bytes "
-                          "whose prefix differs from ours", now, wall, out)
-        elif peer in self.diverged and view.frozen is None:
-            # Consistent with ours again, and no longer frozen itself: it adopted our copy.
+        if view.verified and self._fork_gone(found, view):
+            # Its copy now holds our bytes where the copies parted: it adopted ours (or we
+            # adopted its). Content decides, not what the peer says of itself.
             del self.diverged[peer]
             self.refusals.pop(peer, None)
+            self.locating.pop(peer, None)
             self.record_dirty = True
             out.append(Log(logging.WARNING, f"{self.name}: {peer}'s copy is consistent with "
                                             "ours again; divergence with it cleared"))
-            self._refreeze_or_live()
-            self._announce(now, out)
+            self._persist(now, out, force=True)
+            self._announce(now, out, at_once=True)  # it learns that we no longer refuse it
+        else:
+            view.state = PeerState.DIVERGED
+
+    @staticmethod
+    def _fork_gone(found: Freeze, view: PeerView) -> bool:
+        """Whether a peer's position, consistent with our copy, covers the point where the
+        copies parted. A consistent position short of it says nothing (an old announcement,
+        from before its other bytes); one past it holds our bytes there. An adopting peer is
+        judged on the copy it ends with."""
+        at = found.offset or 0
+        # Located: `offset` is the first differing byte. Not yet: the prefixes of length
+        # `offset` differ, so some byte below it does.
+        need = at + 1 if found.ours is not None else at
+        return view.position.size >= need and view.frozen != "adopting"
 
     def _on_data(self, ev: PeerData, snap: Snapshot, now: float, wall: float,
                  out: list[Effect]) -> None:
@@ -1021,8 +1072,22 @@ class Machine:
                           out: list[Effect]) -> None:
         self.intent = None  # it was for this append, which did not happen
         if kind == "concurrent":
+            ad = self.adoption
+            aborted = ad is not None and self.mode is Mode.ADOPTING
+            if ad is not None and aborted:
+                # The bot writes here while we adopt: the adoption cannot end well (asking on
+                # would only fail the same way, at network speed). Say so, and freeze.
+                self.adoption = None
+                out.append(AdoptDone(ad.ticket, {"error": "another process wrote to the local "
+                                                          "file while it was being adopted"}))
+                self._enter(Mode.LIVE)
             self._freeze("diverged", f"another process wrote while applying a peer's bytes: "
                          f"{detail}", now, wall, out, offset=self.held)
+            if aborted:
+                # Local changes were not judged while adopting: check the whole copy once, as
+                # a finished adoption does, so that the record describes the file.
+                out.append(Rehash("check", hold=self.held,
+                                  why="the file changed while it was being adopted"))
         elif kind == "replaced":
             out.append(LookAgain())  # the look freezes it as a reset, with the details
         else:
@@ -1071,7 +1136,10 @@ class Machine:
             self._diverge(peer, r.have, f"{peer} asked for bytes after a prefix of {r.have} "
                           "bytes that differs from ours", now, wall, out)
             return
-        if verdict is Verdict.APPEND and self.may_serve(r.force):
+        # A peer whose copy differs from ours gets nothing, unless an operator there adopts
+        # ours (forced): its copy is then empty or a prefix of ours, and takes only our bytes.
+        if verdict is Verdict.APPEND and self.may_serve(r.force) and (
+                r.force or peer not in self.diverged):
             self._serve(peer, r, snap, out)
         if r.force:
             # An adopting peer is done only on a position we announce after its request
@@ -1120,10 +1188,8 @@ class Machine:
             out.append(Log(logging.WARNING, f"{self.name}: divergence with {peer} dropped: that "
                                             "node was retired (syncd forget)"))
             self.record_dirty = True
-            self._refreeze_or_live()
             self._persist(now, out, force=True)
-            if not self.frozen:
-                self._announce(now, out, at_once=True)
+            self._announce(now, out, at_once=True)
         self._maybe_fetch(now, out)
 
     # --- fetching -----------------------------------------------------------------------------
@@ -1139,13 +1205,27 @@ class Machine:
             candidates = {ad.peer: (view.position.size if view else 0,
                                     self.online.get(ad.peer, False))}
         else:
+            # Never a frozen or adopting copy, nor one whose history differs from ours (either
+            # side may know it first: a peer that names us would only refuse).
             candidates = {
                 node: (v.position.size, v.frozen is None and node not in self.diverged
-                       and self.online.get(node, False))
+                       and self.node not in v.diverged and self.online.get(node, False))
                 for node, v in self.peers.items()
             }
         source = choose_source(ledger.size, candidates)
         if source is None:
+            if (ad is not None and self.mode is Mode.ADOPTING and ad.ask
+                    and ad.fresh != self.position and self.online.get(ad.peer, False)):
+                # We hold as much as the winner announced, but no answer to our asking
+                # describes our copy (its history moved under us, an answer was lost): ask
+                # again, on the request timer, until a fresh answer says where it stands.
+                if self.fetch is None:
+                    out.append(Send(Kind.REQ, Request(ledger.size, ledger.digest(), ledger.size,
+                                                      self.tuning.fetch_window, force=True,
+                                                      ask=ad.ask), to=ad.peer))
+                    self.fetch = Fetch(ad.peer, ledger.size,
+                                       now + self.tuning.request_timeout)
+                return
             self.fetch = None
             return
         window = self.tuning.fetch_window
@@ -1193,11 +1273,10 @@ class Machine:
             out.append(LookAgain())
         if now >= self.last_announce + self.tuning.reannounce:
             self._announce(now, out, at_once=True)
-        for peer, f in self.diverged.items():
+        for peer, f in list(self.diverged.items()):
             asked = self.locating.get(peer)
             due = asked is None or now >= asked + LOCATE_RETRY
-            view = self.peers.get(peer)
-            unaware = view is None or view.frozen is None
+            unaware = not self.knows_of_fork(peer)
             if due and (f.line is None or (unaware and peer in self.refusals)):
                 self._locate(peer, now, out)
         self._maybe_fetch(now, out)
@@ -1238,7 +1317,10 @@ class Machine:
     def _announcement(self, answers: int = 0) -> Announce:
         # An adopting copy is not a source for anyone else until it holds the winner's copy.
         frozen = self.frozen or ("adopting" if self.mode is Mode.ADOPTING else None)
-        return Announce(self.position.size, self.position.digest, frozen, answers)
+        # The peers we hold diverged: each learns that we know (refusals stop being resent),
+        # and that we will neither serve it nor take its bytes.
+        return Announce(self.position.size, self.position.digest, frozen, answers,
+                        tuple(sorted(self.diverged)))
 
     def _announce(self, now: float, out: list[Effect], at_once: bool = False,
                   answers: int = 0) -> None:
@@ -1312,24 +1394,25 @@ class Machine:
 
     def _diverge(self, peer: str, offset: int, detail: str, now: float, wall: float,
                  out: list[Effect]) -> None:
+        """Our copy and `peer`'s differ inside the common prefix: isolate that peer (nothing is
+        taken from it, fetched from it or served to it) and keep replicating with the others.
+        Nothing is overwritten on either side; an operator decides which history wins."""
         if peer in self.diverged:
             return
-        first = not self.frozen
         self.diverged[peer] = Freeze("diverged", detail, wall, peer=peer, offset=offset)
         view = self.peers.get(peer)
         if view is not None:
             view.state, view.verified = PeerState.DIVERGED, False
-        out.append(Log(logging.ERROR, f"{self.name}: DIVERGED from {peer}: {detail}; this file "
-                                      "is frozen (no bytes are written or sent) until an "
-                                      "operator resolves it"))
-        if self.adoption is None:
-            self.fetch = None
-        self._refreeze_or_live()
+        out.append(Log(logging.ERROR, f"{self.name}: DIVERGED from {peer}: {detail}; nothing is "
+                                      f"taken from or sent to {peer} for this file until an "
+                                      "operator resolves it (the other hosts replicate on)"))
+        if self.adoption is None and self.fetch is not None and self.fetch.peer == peer:
+            self.fetch = None  # another source, if any, is asked below
         self._locate(peer, now, out)
         self.record_dirty = True
         self._persist(now, out, force=True)
-        if first:
-            self._announce(now, out, at_once=True)
+        self._announce(now, out, at_once=True)  # the peer learns that we know
+        self._maybe_fetch(now, out)
 
     def _locate(self, peer: str, now: float, out: list[Effect]) -> None:
         """Ask a diverged peer for its block digests; the answers narrow it down to a byte."""
@@ -1337,8 +1420,7 @@ class Machine:
             return
         self.locating[peer] = now
         refusal = self.refusals.get(peer)
-        view = self.peers.get(peer)
-        if refusal is not None and (view is None or view.frozen is None):
+        if refusal is not None and not self.knows_of_fork(peer):
             out.append(Send(Kind.REFUSE, refusal, to=peer))
         if self.diverged.get(peer) is None or self.diverged[peer].line is None:
             out.append(Send(Kind.PROBE, Probe(ProbeWhat.SUMS, 0, self._sums_per_frame()),
@@ -1444,7 +1526,8 @@ class Machine:
         self._adopt_stat(None)
         self.position = Position.empty()
         for view in self.peers.values():
-            view.verified, view.probed, view.state = False, False, PeerState.AHEAD
+            view.verified, view.forked, view.probed = False, False, False
+            view.state = PeerState.AHEAD
         self.record_dirty = True
         self._enter(Mode.ADOPTING)
         self._persist(now, out, force=True)
@@ -1461,8 +1544,7 @@ class Machine:
         if ad.fresh is None or ad.fresh != self.position:
             return
         self.adoption = None
-        self._enter(Mode.LIVE)
-        self._refreeze_or_live()  # a peer that holds yet another history still differs
+        self._enter(Mode.LIVE)  # a peer with yet another history stays diverged: that one only
         self._announce(now, out, at_once=True)  # no longer "adopting": a source again
         out.append(Log(logging.INFO, f"{self.name}: now identical to {ad.peer}'s copy "
                                      f"({self.position.size} bytes)"))
@@ -1488,7 +1570,7 @@ class Machine:
         self._adopt_stat(st)
         self.position = Position(self.ledger.size, self.ledger.digest())
         for view in self.peers.values():
-            view.verified, view.probed = False, False
+            view.verified, view.forked, view.probed = False, False, False
         self.record_dirty = True
         if self.mode is not Mode.LIVE:
             self._enter(Mode.LIVE)
@@ -1517,15 +1599,24 @@ class Machine:
         trouble = ("error" if self.failing is not None else
                    "paused" if self.paused is not None else None)
         return file_state(self.frozen, self.mode is Mode.LOADING,
-                          [v.state for v in self.peers.values()], trouble)
+                          [self.peer_state(n) for n in self.peers], trouble,
+                          diverged=bool(self.diverged))
+
+    def peer_state(self, node: str) -> PeerState:
+        """A peer's copy as seen from here; a divergence with it shows whatever it announces
+        (until the copies agree again, it is one)."""
+        if node in self.diverged:
+            return PeerState.DIVERGED
+        return self.peers[node].state
 
     def status(self) -> dict[str, Any]:
         peers = {}
         for node, v in sorted(self.peers.items()):
             peers[node] = {
                 "size": v.position.size,
-                "state": v.state.value,
+                "state": self.peer_state(node).value,
                 "frozen": v.frozen,
+                "diverged": list(v.diverged),
                 "online": self.online.get(node, False),
                 "lag_bytes": max(0, self.position.size - v.position.size),
             }

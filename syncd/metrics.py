@@ -66,7 +66,7 @@ def families(status: Status) -> list[Metric]:
         online.add_metric([peer], 1 if p["online"] else 0)
     by_state = GaugeMetricFamily("syncd_files", "replicated files by state", labels=["state"])
     diverged = GaugeMetricFamily("syncd_diverged_files",
-                                 "files frozen because copies differ (diverged or reset)")
+                                 "files whose copy differs from a peer's (diverged) or was reset")
     size = GaugeMetricFamily("syncd_file_size_bytes", "bytes of this host's copy",
                              labels=file_labels)
     ready = GaugeMetricFamily("syncd_file_ready", "1 when this host could take over the file",

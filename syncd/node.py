@@ -171,6 +171,9 @@ class Node:
     def is_online(self, node: str) -> bool:
         return self.presence.get(node, False)
 
+    def is_listed(self, node: str) -> bool:
+        return node in self.config.peers
+
     def offline_since(self, node: str) -> float | None:
         if self.presence.get(node, True):
             return None
@@ -513,7 +516,8 @@ class Node:
         replica = self._replica(item.key, item.file)
         if replica is None:
             return
-        if item.kind is Kind.LIVE and replica.machine.frozen is None:
+        if (item.kind is Kind.LIVE and replica.machine.frozen is None
+                and sender not in replica.machine.diverged):
             assert isinstance(item.payload, frames.Data)
             self.telemetry.expect(item.key, item.file, sender, item.payload.end, frame.ts,
                                   replica.machine.position.size)

@@ -180,7 +180,7 @@ class PeerFacts:
     size: int  # what it announced (or what we know it holds from its bytes)
     ahead_by: int  # bytes it holds beyond ours, consistent with ours (0: none, or diverged)
     ahead_since: float | None
-    frozen: str | None  # its own freeze, as it announces it: "reset", "diverged"
+    frozen: str | None  # its own freeze, as it announces it: "reset", "diverged" (local)
     frozen_since: float | None  # when we first heard it frozen
     diverged: bool  # our copy and its copy differ inside their common prefix
     diverged_since: float | None
@@ -189,6 +189,10 @@ class PeerFacts:
     # announced on every change, so an old heard_at only means its copy has not changed; what
     # makes our knowledge stale is the broker connection (Facts.connected, connected_since).
     heard_at: float | None
+    # The listed hosts it announces diverged from (this host among them, perhaps), and since
+    # when we have heard it announce any.
+    disputes: tuple[str, ...] = ()
+    disputes_since: float | None = None
 
 
 @dataclass(frozen=True)
@@ -211,6 +215,7 @@ class Facts:
     role: str = "symmetric"
     note: str | None = None  # a local edit noticed (status "note")
     peers: tuple[PeerFacts, ...] = ()
+    node: str = ""  # this host's name, as the peers name it in their divergences
 
 
 @dataclass(frozen=True)
@@ -234,10 +239,10 @@ def decide(f: Facts) -> Verdict:
 
     Concretely, no reason below applies: this copy is not frozen, stuck, adopting or still
     being checked; every byte any peer (online or not) announced is here; no peer announces
-    its copy reset or diverged, and we have not diverged from any; a peer that was writing
-    when it went offline has been offline for WRITER_SETTLE seconds; we are connected to the
-    broker and have been for PEERS_SETTLE seconds; the log checks read the whole copy (or
-    all but bytes that arrived within CHECK_GRACE) and found no problem.
+    its copy reset or diverged (from anyone), and we have not diverged from any; a peer that
+    was writing when it went offline has been offline for WRITER_SETTLE seconds; we are
+    connected to the broker and have been for PEERS_SETTLE seconds; the log checks read the
+    whole copy (or all but bytes that arrived within CHECK_GRACE) and found no problem.
     """
     why: list[str] = []
     notes: list[str] = []
@@ -255,11 +260,23 @@ def decide(f: Facts) -> Verdict:
     elif f.connected_since is None or f.now - f.connected_since < PEERS_SETTLE:
         why.append(f"connected to the broker{_since(f.connected_since)}: "
                    "the peers' positions are still arriving")
+    # A divergence with any peer is a reason, not only with the writer: nothing here can tell
+    # a second writer (the other side of a split brain, whose lines a takeover here would
+    # leave out) from a stale or compromised host. The operator decides: adopt, or unlist a
+    # host that is not to be trusted (its divergence goes with it).
+    diverged_here = {p.name for p in f.peers if p.diverged}
     for p in sorted(f.peers, key=lambda p: p.name):
         where = "" if p.online else f" (offline{_since(p.offline_since)})"
         if p.diverged:
             why.append(f"diverged from {p.name}{_since(p.diverged_since)}: the copies differ "
                        "inside their common prefix")
+        # Its quarrels with hosts we quarrel with too (or with it) are said once, above.
+        disputed = [("this host" if n == f.node else n) for n in p.disputes
+                    if n not in diverged_here] if not p.diverged else []
+        if disputed:
+            why.append(f"{p.name} announces its copy diverged from {', '.join(disputed)}"
+                       f"{_since(p.disputes_since)}{where}: which history is right is not "
+                       "decided yet")
         if p.frozen == "reset":
             why.append(f"{p.name} announces its copy reset{_since(p.frozen_since)}{where}: its "
                        "file was cleared, replaced or truncated, and this host holds the "

@@ -14,7 +14,8 @@ longer host's digest of its prefix at the shorter size with the shorter host's d
 - Data that starts below our size is a duplicate (or an overlap) and is ignored: our position
   announcement makes the sender, or anyone, send what we still lack.
 - Data that starts past our size is a gap: we ask for the range.
-- Any digest mismatch at equal offsets is a divergence: nothing is written, the file freezes.
+- Any digest mismatch at equal offsets is a divergence: nothing is written, and nothing more
+  moves between the two hosts for that file (each keeps replicating with the others).
 """
 
 from __future__ import annotations
@@ -134,16 +135,19 @@ def judge_local(
 
 
 def file_state(frozen: str | None, verifying: bool, peers: list[PeerState],
-               trouble: str | None = None) -> str:
+               trouble: str | None = None, diverged: bool = False) -> str:
     """One word for status: verifying, a freeze reason, a trouble (paused, error), diverged,
-    behind, ahead, in_sync, alone. Never in_sync while something we need keeps failing."""
+    behind, ahead, in_sync, alone. Never in_sync while something we need keeps failing.
+
+    `diverged`: our copy differs from some peer's (even one that has not announced this file
+    since): the file replicates on with the others, and the word says a fork is in view."""
     if verifying:
         return "verifying"
     if frozen is not None:
         return frozen
     if trouble is not None:
         return trouble
-    if PeerState.DIVERGED in peers:
+    if diverged or PeerState.DIVERGED in peers:
         return "diverged"
     if PeerState.AHEAD in peers:
         return "behind"

@@ -97,6 +97,8 @@ class Host(Protocol):
 
     def offline_since(self, node: str) -> float | None: ...
 
+    def is_listed(self, node: str) -> bool: ...
+
     def connected_since(self) -> float | None: ...
 
 
@@ -434,6 +436,7 @@ class Replica:
             connected_since=host.connected_since(),
             trouble=str(trouble) if trouble else None,
             adopting=m.adoption.peer if m.adoption else None, role=m.role, note=m.note,
+            node=m.node,
             peers=tuple(
                 PeerFacts(
                     name=node, online=m.online.get(node, False),
@@ -443,7 +446,11 @@ class Replica:
                     ahead_since=v.ahead_since, frozen=v.frozen, frozen_since=v.frozen_since,
                     diverged=node in m.diverged,
                     diverged_since=m.diverged[node].since if node in m.diverged else None,
-                    grew_at=v.grew_at, heard_at=v.heard_at)
+                    grew_at=v.grew_at, heard_at=v.heard_at,
+                    # A host unlisted here counts for nothing, in a peer's words neither.
+                    disputes=tuple(n for n in v.diverged
+                                   if n == m.node or host.is_listed(n)),
+                    disputes_since=v.disputes_since)
                 for node, v in sorted(m.peers.items())),
         )
         verdict = decide(facts)

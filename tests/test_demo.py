@@ -30,8 +30,8 @@ def test_demo_tells_the_story(tmp_path: Path) -> None:
         r"host-a returns and fast-forwards: \+\d+ bytes from host-b in [\d.]+s, identical "
         r"again \(host-a in_sync\)",
         r"split brain: the bot now runs on host-a AND host-b, both write at once",
-        r"fork REFUSED on both hosts: bot-1 is frozen, nothing written or sent; the copies "
-        r"part at byte \d+, line \d+:\n +host-a: \{.*\n +host-b: \{",
+        r"fork REFUSED on both hosts: nothing of bot-1 moves between them, nothing is "
+        r"overwritten; the copies part at byte \d+, line \d+:\n +host-a: \{.*\n +host-b: \{",
         r"on host-a: syncd adopt bot-1 --from host-b --yes\n +bot-1/events.jsonl: local copy "
         r"archived at \S+; now identical to host-b's copy",
         r"resolved: host-a's losing copy is archived, both hosts in_sync again",

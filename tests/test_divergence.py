@@ -49,7 +49,7 @@ def replicated_pair(broker: Broker, make_daemon: Callable[..., Daemon],
     return a, b, data
 
 
-def test_hand_edit_on_active_host_freezes_everyone_and_adopt_resolves(
+def test_hand_edit_on_active_host_is_refused_everywhere_and_adopt_resolves(
     broker: Broker, make_daemon: Callable[..., Daemon]
 ) -> None:
     a, b, c = (make_daemon(n, broker) for n in "abc")
@@ -98,7 +98,7 @@ def first_diff(x: bytes, y: bytes) -> int:
     return next(i for i, (p, q) in enumerate(zip(x, y, strict=False)) if p != q)
 
 
-def test_split_brain_both_refuse_both_freeze(
+def test_split_brain_both_refuse_each_other(
     broker: Broker, make_daemon: Callable[..., Daemon]
 ) -> None:
     a, b, common = replicated_pair(broker, make_daemon, 10)
@@ -115,14 +115,55 @@ def test_split_brain_both_refuse_both_freeze(
         assert found["line"] == common.count(b"\n") + 1
     assert content(a.path(KEY)) == common + ours
     assert content(b.path(KEY)) == common + theirs
-    # Writes on a frozen file stay local.
+    # Nothing moves between the two: a's next line is recorded (and shipped) by a, never taken
+    # by b. (Neither is frozen: each would go on with any host whose copy agrees.)
     append(a.path(KEY), ishiki_lines(1))
-    wait_until(lambda: a.file_status(KEY)["file_size"] > len(common + ours), 10, "a to see it")
+    wait_until(lambda: a.file_status(KEY)["size"] > len(common + ours), 10, "a to take it")
+    assert a.file_status(KEY)["mode"] == "live"
     assert content(b.path(KEY)) == common + theirs
-    # Restart keeps the freeze.
+    # Restart keeps the divergence.
     a.stop()
     a.start()
     wait_state(a, "diverged")
+
+
+def test_split_brain_with_a_third_host_it_follows_the_side_that_reached_it_first(
+    broker: Broker, make_daemon: Callable[..., Daemon]
+) -> None:
+    """a and b write different lines after the same prefix; c takes a's (b's syncd is paused,
+    so a's reach c first). c then refuses b, a and c replicate on, b shows the fork with both;
+    nothing is overwritten anywhere (issue #13)."""
+    a, b, c = (make_daemon(n, broker) for n in "abc")
+    common = ishiki_lines(10)
+    append(a.path(KEY), common)
+    wait_equal(common, b, c)
+    b.pause()
+    ours, theirs = ishiki_lines(3), ishiki_lines(2)
+    append(a.path(KEY), ours)
+    append(b.path(KEY), theirs)
+    wait_equal(common + ours, c)
+    b.resume()
+    for d, forks in ((a, {"b"}), (b, {"a", "c"}), (c, {"b"})):
+        wait_until(lambda d=d, forks=forks: set(d.file_status(KEY)["diverged"]) == forks, 15,
+                   f"{d.node} to show its divergences {sorted(forks)}")
+        assert d.file_status(KEY)["mode"] == "live"
+    later = ishiki_lines(2)
+    append(a.path(KEY), later)  # a and c go on together
+    wait_equal(common + ours + later, c)
+    assert content(b.path(KEY)) == common + theirs
+    for d, other in ((a, "c"), (c, "a")):
+        wait_until(lambda d=d, other=other: d.file_status(KEY)["peers"][other]["state"]
+                   == "in_sync", 10, f"{d.node} in sync with {other}")
+        assert d.file_status(KEY)["peers"]["b"]["state"] == "diverged"
+        assert d.file_status(KEY)["ready"] is False  # which side is right is not decided
+    # The operator keeps a's history: b adopts it, and every divergence clears.
+    done = adopt(b, "a")
+    assert done.returncode == 0, done.stderr
+    wait_equal(common + ours + later, b)
+    for d in (a, b, c):
+        wait_state(d, "in_sync")
+    [(copy, _)] = archived(b)
+    assert copy == common + theirs
 
 
 def test_cleared_file_is_a_reset_not_a_truncation_of_the_standbys(

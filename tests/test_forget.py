@@ -131,7 +131,7 @@ def test_forget_drops_a_divergence_with_the_retired_host(
     c.stop()
     wait_until(lambda: not a.status()["peers"]["c"]["online"], 10, "a to see c offline")
     unlist("c", a)
-    wait_until(lambda: a.file_status("bot-1")["state"] == "alone", 10, "a to unfreeze")
+    wait_until(lambda: a.file_status("bot-1")["state"] == "alone", 10, "a to drop the divergence")
     assert a.file_status("bot-1")["diverged"] == {}
     a.stop()
     a.start()

@@ -56,6 +56,7 @@ def item(kind: Kind, payload: frames.Payload, key: str = "bot-1") -> Item:
         (frames.presence_topic(P, "a"), frame(Item(Kind.NODE, Presence(True)))),
         (POS_TOPIC, frame(item(Kind.POS, Announce(123, D, None)))),
         (POS_TOPIC, frame(item(Kind.POS, Announce(0, D, "diverged", answers=3)))),
+        (POS_TOPIC, frame(item(Kind.POS, Announce(9, D, None, diverged=("b", "host-c"))))),
         (ALL_TOPIC, frame(item(Kind.LIVE, Data(10, D, b'{"a":1}\n')),
                           item(Kind.LIVE, Data(0, D, b"x\n"), key="onebot_1/group 2"),
                           item(Kind.LIVE, Data(5, D, b"\xe5\xa4\xa7\n"), key="大厅"))),
@@ -187,6 +188,14 @@ GOOD = {"v": 3, "from": "a", "epoch": 1, "seq": 1, "ts": 1}
 def test_malformed_payloads_say_why(raw: bytes, reason: str) -> None:
     with pytest.raises(FrameError, match=reason):
         dec(raw, ALL_TOPIC)
+
+
+@pytest.mark.parametrize("bad", ["b", [1], ["x" * 201], [""], ["n"] * 1025])
+def test_a_positions_divergences_must_be_a_short_list_of_names(bad: object) -> None:
+    pos = {"k": "pos", "key": "bot-1", "file": "events.jsonl", "size": 1, "digest": D.hex(),
+           "frozen": None, "diverged": bad}
+    with pytest.raises(FrameError, match="'diverged'"):
+        dec(signed(head({**GOOD, "items": [pos]}), POS_TOPIC), POS_TOPIC)
 
 
 def test_oversized_data_is_rejected() -> None:

@@ -14,6 +14,7 @@ from syncd.events import (
     AdoptRequested,
     Append,
     Appended,
+    AppendFailed,
     Archive,
     Archived,
     Drained,
@@ -23,6 +24,7 @@ from syncd.events import (
     Look,
     LookAgain,
     PeerData,
+    PeerOnline,
     PeerPos,
     PeerRequest,
     Redeliver,
@@ -37,6 +39,7 @@ from syncd.events import (
 from syncd.frames import Announce, Data, Kind, Refuse, Request
 from syncd.ledger import BLOCK, Ledger, Position, digest_of
 from syncd.machine import (
+    LOCATE_RETRY,
     Machine,
     Mode,
     Tuning,
@@ -130,7 +133,9 @@ def test_never_appended_onto_an_unfinished_local_line() -> None:
     out = feed(m, f, PeerData("b", Data(len(LINE), digest_of(LINE), b'{"id": "3"}\n')))
     assert not any(isinstance(e, Append) for e in out)
     assert bytes(f.data) == LINE + b'{"id": "'
-    assert "b" in m.diverged and m.mode is Mode.FROZEN
+    # A fork with b isolates b only: the file stays live, and b's bytes are not taken.
+    assert "b" in m.diverged and m.mode is Mode.LIVE and m.state_word() == "diverged"
+    assert not m.may_accept("b", 1.0)
     refusals = sent(out, Kind.REFUSE)
     assert refusals and isinstance(refusals[0].payload, Refuse)  # the peer learns of the fork
 
@@ -197,6 +202,40 @@ def test_adopt_is_done_only_on_a_position_announced_in_reply_to_our_request() ->
     assert done and done[0].result["size"] == len(winner) and m.mode is Mode.LIVE
 
 
+def test_an_adoption_asks_again_until_an_answer_describes_the_copy_it_holds() -> None:
+    """The winner's answer described another history than the bytes it served (its copy was
+    re-described meanwhile): holding as much as it announced, we ask again, not wait forever."""
+    m, f = live(LINE)
+    feed(m, f, PeerPos("b", Announce(12, digest_of(b'{"id": "w"}\n'), "diverged")))
+    feed(m, f, AdoptRequested("b", "ticket"))
+    f.data, f.inode = bytearray(), 3
+    ask = sent(feed(m, f, Archived("archive/1")), Kind.REQ)[0].payload.ask
+    feed(m, f, PeerData("b", Data(0, Position.empty().digest, LINE)))
+    feed(m, f, Drained())
+    out = feed(m, f, PeerPos("b", Announce(12, digest_of(b'{"id": "w"}\n'), None, ask)))
+    assert not [e for e in out if isinstance(e, AdoptDone)] and m.mode is Mode.ADOPTING
+    out = feed(m, f, Tick(), now=1.0 + Tuning().request_timeout)
+    [again] = sent(out, Kind.REQ)
+    assert again.payload.force and again.payload.ask == ask and again.payload.have == 12
+    out = feed(m, f, PeerPos("b", Announce(12, digest_of(LINE), None, ask)), now=5.0)
+    assert [e for e in out if isinstance(e, AdoptDone)] and m.mode is Mode.LIVE
+
+
+def test_a_local_writer_during_an_adoption_ends_it_with_an_error() -> None:
+    m, f = live(LINE)
+    winner = LINE + b'{"id": "w"}\n'
+    feed(m, f, PeerPos("b", Announce(len(winner), digest_of(winner), "diverged")))
+    feed(m, f, AdoptRequested("b", "ticket"))
+    f.data, f.inode = bytearray(), 3
+    feed(m, f, Archived("archive/1"))
+    feed(m, f, PeerData("b", Data(0, Position.empty().digest, LINE)))
+    feed(m, f, Drained())
+    out = feed(m, f, AppendFailed("concurrent", "size 30, expected 12"))
+    [done] = [e for e in out if isinstance(e, AdoptDone)]
+    assert "another process wrote" in done.result["error"]
+    assert m.mode is Mode.FROZEN and m.adoption is None
+
+
 def test_serving_checks_the_bytes_against_the_ledger_first() -> None:
     m, f = live(LINE * 3)
     f.data[3] = ord("E")  # edited in place since we recorded it (same size, new mtime)
@@ -204,6 +243,88 @@ def test_serving_checks_the_bytes_against_the_ledger_first() -> None:
     out = feed(m, f, PeerRequest("b", Request(0, Position.empty().digest, 0, 1 << 20)))
     assert not sent(out, Kind.FILL)
     assert any(isinstance(e, Rehash) for e in out)
+
+
+# --- a divergence isolates one peer (#13) ----------------------------------------------------
+
+BOGUS = Announce(5, bytes(32))  # a listed host claims a copy whose prefix is not ours
+
+
+def diverged_from_c() -> tuple[Machine, File]:
+    """a holds 2 lines, in sync with b; c announces a copy that differs inside our prefix."""
+    m, f = live(LINE + b'{"id": "2"}\n', peers=("b", "c"))
+    feed(m, f, PeerPos("b", Announce(len(f.data), digest_of(bytes(f.data)))))
+    out = feed(m, f, PeerPos("c", BOGUS))
+    assert "c" in m.diverged and m.diverged["c"].offset == 5
+    # Our announcement says we know, and says no freeze: the file is live for the others.
+    [pos] = sent(out, Kind.POS)
+    assert pos.payload == Announce(len(f.data), digest_of(bytes(f.data)), None, 0, ("c",))
+    return m, f
+
+
+def test_a_divergence_with_one_peer_leaves_the_file_live_with_the_others() -> None:
+    m, f = diverged_from_c()
+    assert m.mode is Mode.LIVE and m.frozen is None and m.state_word() == "diverged"
+    assert m.status()["peers"]["b"]["state"] == "in_sync"
+    assert m.status()["peers"]["c"]["state"] == "diverged"
+    # Local growth is shipped...
+    f.write(b'{"id": "3"}\n')
+    out = feed(m, f, Look(), now=2.0)
+    assert [e.payload.data for e in sent(out, Kind.LIVE)] == [b'{"id": "3"}\n']
+    # ...b's bytes that extend ours are appended...
+    held = bytes(f.data)
+    out = feed(m, f, PeerData("b", Data(len(held), digest_of(held), b'{"id": "4"}\n')), 3.0)
+    assert any(isinstance(e, Append) for e in out) and m.held == len(held) + 12
+    # ...and c's are not, even bytes that would extend our copy.
+    held = bytes(f.data)
+    out = feed(m, f, PeerData("c", Data(len(held), digest_of(held), b'{"id": "X"}\n')), 4.0)
+    assert not any(isinstance(e, Append) for e in out) and bytes(f.data) == held
+
+
+def test_nothing_is_fetched_from_or_served_to_a_diverged_peer() -> None:
+    m, f = diverged_from_c()
+    held = bytes(f.data)
+    # c claims more than anyone: we still do not ask it.
+    out = feed(m, f, PeerPos("c", Announce(10_000, bytes(32))), 2.0)
+    assert not [e for e in sent(out, Kind.REQ) if e.to == "c" and e.payload.length]
+    assert m.fetch is None
+    # A request from c after a prefix that is ours gets no bytes...
+    out = feed(m, f, PeerRequest("c", Request(12, digest_of(held[:12]), 12, 1 << 20)), 3.0)
+    assert not sent(out, Kind.FILL)
+    # ...one after another prefix is refused, as before...
+    out = feed(m, f, PeerRequest("c", Request(12, bytes(32), 12, 1 << 20)), 4.0)
+    assert sent(out, Kind.REFUSE) and not sent(out, Kind.FILL)
+    # ...and an operator on c adopting our copy (forced, from nothing) is served.
+    out = feed(m, f, PeerRequest("c", Request(0, Position.empty().digest, 0, 1 << 20,
+                                              force=True, ask=7)), 5.0)
+    assert b"".join(e.payload.data for e in sent(out, Kind.FILL)) == held
+    assert [e.payload.answers for e in sent(out, Kind.POS)] == [7]
+
+
+def test_a_refusal_is_said_again_until_the_peer_names_us() -> None:
+    m, f = diverged_from_c()
+    feed(m, f, PeerOnline("c", True), 1.0)
+    out = feed(m, f, Tick(), 1.0 + LOCATE_RETRY)
+    assert [e.to for e in sent(out, Kind.REFUSE)] == ["c"]
+    # c announces that it knows (it names us); it is not frozen for it.
+    feed(m, f, PeerPos("c", Announce(5, bytes(32), None, 0, ("a",))), 7.0)
+    out = feed(m, f, Tick(), 7.0 + 2 * LOCATE_RETRY)
+    assert not sent(out, Kind.REFUSE)
+    assert "c" in m.diverged
+
+
+def test_a_divergence_clears_when_the_peer_holds_our_bytes_where_we_parted() -> None:
+    m, f = diverged_from_c()
+    held = bytes(f.data)
+    # An old position of c, consistent but short of the fork at byte 5: proves nothing.
+    feed(m, f, PeerPos("c", Announce(3, digest_of(held[:3]))), 2.0)
+    assert "c" in m.diverged and m.state_word() == "diverged"
+    # While c adopts our copy it is judged on the copy it ends with.
+    feed(m, f, PeerPos("c", Announce(len(held), digest_of(held), "adopting")), 3.0)
+    assert "c" in m.diverged
+    out = feed(m, f, PeerPos("c", Announce(len(held), digest_of(held))), 4.0)
+    assert m.diverged == {} and m.state_word() == "in_sync"
+    assert [e.payload.diverged for e in sent(out, Kind.POS)] == [()]
 
 
 def test_transitions_outside_the_table_are_refused() -> None:

@@ -114,6 +114,27 @@ def test_diverged_from_a_peer_is_one_reason_not_two() -> None:
                    "common prefix"]
 
 
+def test_a_peer_announcing_a_divergence_with_another_host_is_a_reason() -> None:
+    # a's copy and c's differ; ours agrees with both so far: which side is right is open.
+    p = peer(disputes=("c",), disputes_since=NOW - 4)
+    assert reasons(facts(node="b", peers=(p,))) == [
+        f"a announces its copy diverged from c since {when(NOW - 4)}: which history is right "
+        "is not decided yet"]
+    them = peer(disputes=("b",), disputes_since=NOW - 4)  # a knows first; we will hear of it
+    assert reasons(facts(node="b", peers=(them,)))[0].startswith(
+        "a announces its copy diverged from this host")
+
+
+def test_in_sync_with_the_writer_but_diverged_from_a_third_host_is_not_ready() -> None:
+    # The split brain seen from c: it follows a, and b wrote another history. Nothing here
+    # tells a second writer from a stale or compromised host: one reason, the divergence.
+    writer = peer(name="a", disputes=("b",), disputes_since=NOW - 4)
+    other = peer(name="b", diverged=True, diverged_since=NOW - 5, disputes=("a", "c"),
+                 size=10**6)
+    assert reasons(facts(node="c", state="diverged", peers=(writer, other))) == [
+        f"diverged from b since {when(NOW - 5)}: the copies differ inside their common prefix"]
+
+
 def test_a_peer_holding_more_is_a_reason_online_or_not() -> None:
     online = peer(ahead_by=1200, ahead_since=NOW - 2, size=len(CLEAN) + 1200)
     assert reasons(facts(state="behind", peers=(online,))) == [

@@ -170,6 +170,9 @@ def test_file_state_words() -> None:
     assert file_state(None, False, []) == "alone"
     assert file_state(None, False, [PeerState.IN_SYNC], "error") == "error"
     assert file_state("diverged", False, [PeerState.IN_SYNC], "paused") == "diverged"
+    # Diverged from a peer (even one that announces nothing now), live with the others.
+    assert file_state(None, False, [PeerState.IN_SYNC], diverged=True) == "diverged"
+    assert file_state(None, False, [], diverged=True) == "diverged"
 
 
 @settings(max_examples=100, deadline=None)

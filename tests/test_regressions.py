@@ -340,8 +340,10 @@ def test_adopt_is_done_only_when_we_hold_the_winners_copy_as_it_is_now(
     """#10, case 5: adopt reported done from a position announcement that was already stale.
 
     Steps: A and B in sync (10 lines), then split brain: both writers append while B's syncd is
-    stopped, and both hosts freeze as diverged. B's writer goes on appending: B's copy is
-    frozen, so it announces nothing new, and the position it announced when it froze is stale.
+    stopped, and both hosts show the fork (diverged). B's writer goes on appending, so any
+    position of B's that A holds when it asks is already old. (When this was found, a diverged
+    copy froze and announced nothing new at all; since #13 it is not frozen and announces its
+    growth, but an announcement older than the request still must not end an adoption.)
     The operator keeps B's history: `syncd adopt bot-1 --from b` on A.
 
     Correct: adopt is done only when A's durable copy equals a position B announced after A's
@@ -354,8 +356,8 @@ def test_adopt_is_done_only_when_we_hold_the_winners_copy_as_it_is_now(
     before A held B's copy".
 
     (Why this construction: check_done() compares our position with the peer's last announced
-    position, whenever that was announced; a frozen copy does not announce its file's growth,
-    so its announcement is stale for as long as the writer writes. The "0 bytes" of the issue is
+    position, whenever that was announced; a frozen copy did not announce its file's growth,
+    so its announcement was stale for as long as the writer wrote. The "0 bytes" of the issue is
     the same check meeting an announcement of an empty copy.)
     """
     a, b, common = replicated_pair(broker, make_daemon, 10)

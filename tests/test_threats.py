@@ -147,3 +147,35 @@ def test_a_replayed_offline_presence_cannot_hide_a_live_host(
         wait_equal(content(a.path(KEY)), b)
     finally:
         attacker.close()
+
+
+def test_a_compromised_hosts_bogus_position_isolates_only_that_host(
+    broker: Broker, make_daemon: Callable[..., Daemon]
+) -> None:
+    """Issue #13: c is listed and its key is real (compromised); it publishes a retained
+    position for a key that no copy can be consistent with. a and b refuse c, show the
+    divergence with c, and keep replicating that key between themselves."""
+    a, b = make_daemon("a", broker), make_daemon("b", broker)
+    append(a.path(KEY), ishiki_lines(10))
+    wait_equal(content(a.path(KEY)), b)
+    topic = frames.position_topic(P, "c", KEY, FILE)
+    bogus = Item(Kind.POS, Announce(5, bytes(32)), KEY, FILE)
+    publish(broker, topic, signed(node_identity("c"), "c", topic, bogus), retain=True)
+    for d in (a, b):
+        f = wait_until(lambda d=d: (f := d.file_status(KEY)) and "c" in f["diverged"] and f,
+                       10, f"{d.node} to show the divergence with c")
+        assert f["diverged"]["c"]["offset"] == 5 and f["freeze"] is None
+        assert f["mode"] == "live" and f["state"] == "diverged"
+    # a's writer goes on: b takes every line, and both say so of each other.
+    append(a.path(KEY), ishiki_lines(3))
+    wait_equal(content(a.path(KEY)), b)
+    b.stop()
+    b.start()  # handed c's bogus retained position at connect: the same again
+    append(a.path(KEY), ishiki_lines(2))
+    wait_equal(content(a.path(KEY)), b)
+    for d, other in ((a, "b"), (b, "a")):
+        wait_until(lambda d=d, other=other: (f := d.file_status(KEY))["peers"][other]["state"]
+                   == "in_sync" and f["peers"]["c"]["state"] == "diverged"
+                   and f["state"] == "diverged" and f["size"] == len(content(a.path(KEY))),
+                   10, f"{d.node} in sync with {other}, diverged from c")
+        assert "DIVERGED from c" in d.read_log()

@@ -4,11 +4,11 @@ Presentation only: the daemon's status document (`--json`) is the source of ever
 module filters it (KEY..., --problems), sizes it for people (KiB, MiB; lag in bytes and
 seconds) and adds a summary line.
 
-Exit status: 0 all good; 1 some file is frozen (diverged, reset) or stuck (paused: disk
-full; error: unreadable), here or, as a peer announces it, on a peer (a writer's clear() leaves
-every standby's copy in_sync, and only the writer's announcement tells), or a directory that
-would be an instance cannot be replicated (shown as state error, with the reason); 2 the
-daemon could not be asked.
+Exit status: 0 all good; 1 some file is diverged from a peer, frozen (reset) or stuck
+(paused: disk full; error: unreadable), here or, as a peer announces it, on a peer (a writer's
+clear() leaves every standby's copy in_sync, and only the writer's announcement tells), or a
+directory that would be an instance cannot be replicated (shown as state error, with the
+reason); 2 the daemon could not be asked.
 
 `syncd status --ready KEY [KEY...]` is for failover scripts: exit 0 only when this host can
 take over every named key now (every file of it READY), 1 otherwise, with the reasons; 2
@@ -53,9 +53,11 @@ def command(keys: tuple[str, ...], config_path: Path, as_json: bool, ready_keys:
 
     \b
     Exit status:
-      0  no file shown is frozen or stuck (with --ready: every KEY can be taken over now)
+      0  no file shown is diverged, frozen or stuck (with --ready: every KEY can be taken
+         over now)
       1  some file shown is diverged, reset, paused (disk full) or in error (unreadable),
-         or a peer announces its copy frozen (with --ready: some KEY cannot be taken over)
+         or a peer announces its copy frozen or diverged (with --ready: some KEY cannot be
+         taken over)
       2  the daemon could not be asked (not running, permissions, wrong --config)
     """
     if ready_keys and not keys:
@@ -91,7 +93,8 @@ def command(keys: tuple[str, ...], config_path: Path, as_json: bool, ready_keys:
         if not sys.stdout.isatty():
             click.echo()
     if status.get("skipped", []) or any(
-            f["state"] in PROBLEM_STATES or any(p["frozen"] for p in f["peers"].values())
+            f["state"] in PROBLEM_STATES
+            or any(p["frozen"] or p.get("diverged") for p in f["peers"].values())
             for f in status["files"]):
         sys.exit(EXIT_PROBLEMS)
 
@@ -149,11 +152,15 @@ def summary(files: list[dict[str, Any]], skipped: int = 0) -> str:
     for f in files:
         by_state[f["state"]] = by_state.get(f["state"], 0) + 1
     states = ", ".join(f"{n} {state}" for state, n in sorted(by_state.items()))
-    frozen = sum(by_state.get(s, 0) for s in ("diverged", "reset"))
+    # FROZEN: nothing moves for the file (a local reason: reset, a write on a replica).
+    # A divergence alone isolates the peers it names; the file replicates with the others.
+    frozen = sum(1 for f in files if f.get("freeze"))
+    forked = sum(1 for f in files if f.get("diverged") and not f.get("freeze"))
     ready = sum(1 for f in files if f["ready"])
     return (f"{len(files)} file{'s' if len(files) != 1 else ''}"
             f"{': ' + states if states else ''}; {ready} ready to take over"
             f"{f'; {frozen} FROZEN (see above)' if frozen else ''}"
+            f"{f'; {forked} with a fork (see above)' if forked else ''}"
             + (f"; {skipped} director{'ies' if skipped != 1 else 'y'} NOT REPLICATED (error, "
                "see above)" if skipped else ""))
 

@@ -208,7 +208,20 @@ class SimHost:
                 self.look_failing = False
             snap = Snapshot(f.stat() if f else None, reads, line_end)
             effects = m.handle(event, snap, w.now, w.wall())
+        self.check_isolation(event, effects)
         self.perform(effects)
+
+    def check_isolation(self, event: Event, effects: list[Any]) -> None:
+        """A peer whose copy diverged from ours gets nothing and gives nothing: no byte of it
+        is appended here, none is served to it (unless an operator there adopts ours)."""
+        m = self.m
+        for e in effects:
+            if (isinstance(e, Append) and e.peer in m.diverged
+                    and m.mode is not Mode.ADOPTING):
+                raise Violation(f"{self.name} appends bytes of {e.peer}, diverged from it")
+            if (isinstance(e, Send) and e.kind is Kind.FILL and e.to in m.diverged
+                    and not (isinstance(event, PeerRequest) and event.request.force)):
+                raise Violation(f"{self.name} serves {e.to}, diverged from it")
 
     def perform(self, effects: list[Any]) -> None:
         w = self.world
@@ -617,7 +630,7 @@ class World:
 
     def fault_adopt(self, h: SimHost) -> None:
         m = h.machine
-        if m is None or not m.frozen:
+        if m is None or not (m.frozen or m.diverged):
             return
         others = [o for o in self.hosts.values() if o is not h and o.alive and o.connected]
         if not others:
@@ -723,8 +736,10 @@ class World:
                     # history since replaced, or about a torn line the peer's writer left
                     # (and the peer forgot, its state wiped). Safe: nothing was overwritten.
                     continue
-                if (p.alive and p.machine is not None and p.m.frozen is None
-                        and p.m.mode is not Mode.ADOPTING):
+                # Shown there as a divergence with h itself (or it is frozen for a local
+                # reason, or adopting: its own history is in question anyway).
+                if (p.alive and p.machine is not None and h.name not in p.m.diverged
+                        and p.m.frozen is None and p.m.mode is not Mode.ADOPTING):
                     raise Violation(f"{h.name} diverged from {peer}, but {peer} shows no fork")
         unfrozen = [h for h in live if h.m.frozen is None and h.m.mode is Mode.LIVE]
         copies = {}
@@ -733,9 +748,16 @@ class World:
             if b"\n" in data[h.m.held:]:
                 raise Violation(f"{h.name} never took in a whole line past {h.m.held}")
             copies[h.name] = data[: h.m.held]  # past it: a crashed writer's torn line
-        if len(set(copies.values())) > 1:
-            sizes = {n: len(c) for n, c in copies.items()}
-            raise Violation(f"unfrozen copies did not converge: {sizes}")
+        # A divergence isolates the two hosts from each other only: every other pair of live
+        # copies converges (a split brain ends with each host on the side that reached it
+        # first, diverged from the other side).
+        for h in unfrozen:
+            for p in unfrozen:
+                if (h.name < p.name and p.name not in h.m.diverged
+                        and h.name not in p.m.diverged and copies[h.name] != copies[p.name]):
+                    raise Violation(f"{h.name} and {p.name}, not diverged from each other, did "
+                                    f"not converge: {len(copies[h.name])} and "
+                                    f"{len(copies[p.name])} bytes")
 
     # --- the run --------------------------------------------------------------------------------
 
