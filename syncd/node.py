@@ -353,11 +353,16 @@ class Node:
                     self._replica(entry.name, file)
 
     def _on_hint(self, path: str, gone: bool = False) -> None:
-        try:
-            rel = Path(path).relative_to(self.config.runtimes_dir)
-        except ValueError:
-            return
-        parts = rel.parts
+        root = str(self.config.runtimes_dir)
+        parts: tuple[str, ...] = ()
+        if path.startswith(root) and path[len(root) : len(root) + 1] == "/":
+            # The watcher joins names to the root's own text: split it without pathlib.
+            parts = tuple(path[len(root) + 1 :].split("/"))
+        if not parts or "" in parts or "." in parts or ".." in parts:
+            try:
+                parts = Path(path).relative_to(self.config.runtimes_dir).parts
+            except ValueError:
+                return
         if len(parts) == 1:
             if self.config.wants_key(parts[0]):
                 for file in self.config.files_of(parts[0]):
