@@ -73,6 +73,9 @@ from syncd.readiness import Facts, IncrementalVerifier, PeerFacts, decide
 
 log = logging.getLogger("syncd.replica")
 
+# Events without fields, made once (frozen: one value each).
+LOOK, DRAINED, SYNCED, TICK = Look(), Drained(), Synced(), Tick()
+
 INLINE_SYNC_BYTES = 64 * 1024  # below this, a lone busy file syncs on the loop
 LOCAL_TURNS = 3  # loop turns before an inline sync of the writer's bytes (see Replica._sync)
 
@@ -174,7 +177,7 @@ class Replica:
             self.hint_local()
         due = self.machine.deadline()
         if due is not None and due <= asyncio.get_running_loop().time():
-            self.deliver(Tick())
+            self.deliver(TICK)
         if self.verifier.size < self.machine.held or self.verifier.unsaved:
             self._follow_log()
             self.verifier.save()
@@ -238,11 +241,11 @@ class Replica:
             # The writer's new bytes first: everything else waits less than they do.
             if self._look_pending:
                 self._look_pending = False
-                event: Event = Look()
+                event: Event = LOOK
             else:
                 event = self._inbox.popleft()
             await self._handle(event)
-        await self._handle(Drained())
+        await self._handle(DRAINED)
 
     async def _handle(self, event: Event) -> None:
         m = self.machine
@@ -275,6 +278,17 @@ class Replica:
                     await self._handle(self._append(e))
                 case Sync(local=local):
                     await self._handle(await self._sync(local))
+                case Durable(size=size):
+                    self.host.durable(self.key, self.file, size)
+                case LogCheck(restart=restart):
+                    if restart:
+                        self.verifier.restart()
+                        self._verifier_restored = True
+                    elif not self._verifier_restored:
+                        self._verifier_restored = True
+                        if self.machine.note is None:
+                            self.verifier.restore(self.machine.held)
+                    self._follow_log()
                 case Persist():
                     self._persist(e)
                 case Rehash():
@@ -298,17 +312,6 @@ class Replica:
                     await self._load()
                 case Log(level=level, message=message):
                     log.log(level, "%s", message)
-                case Durable(size=size):
-                    self.host.durable(self.key, self.file, size)
-                case LogCheck(restart=restart):
-                    if restart:
-                        self.verifier.restart()
-                        self._verifier_restored = True
-                    elif not self._verifier_restored:
-                        self._verifier_restored = True
-                        if self.machine.note is None:
-                            self.verifier.restore(self.machine.held)
-                    self._follow_log()
                 case AdoptDone(ticket=ticket, result=result):
                     if isinstance(ticket, asyncio.Future) and not ticket.done():
                         ticket.set_result(result)
@@ -354,7 +357,7 @@ class Replica:
                 await self.host.syncer.sync(self.path)
         except OSError as err:
             return SyncFailed(err.strerror or str(err))
-        return Synced()
+        return SYNCED
 
     async def _rehash(self, e: Rehash) -> None:
         try:
@@ -407,7 +410,7 @@ class Replica:
 
     def _on_timer(self) -> None:
         self._timer, self._timer_at = None, None
-        self.deliver(Tick())
+        self.deliver(TICK)
 
     def _follow_log(self) -> None:
         # Not while catching up: the log checks would compete with the fetch for the GIL, and
