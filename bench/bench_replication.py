@@ -32,6 +32,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.harness import (
+    BackgroundMeter,
     CpuMeter,
     PySpy,
     Stats,
@@ -84,12 +85,15 @@ def lag(rate: int, seconds: float, root: Path, replicas: int = 2,
         spies = [PySpy(pid, seconds + 1, profile_dir / f"lag-{rate}-{replicas}r-{name}.txt",
                        gil=True, rate=250)
                  for name, pid in pids.items() if name in "ab"] if profile_dir else []
+        others = BackgroundMeter()
+        others.start()
         meter.start()
         writes, achieved = paced_appends(plan, rate)
         size = writes[-1].end
         wait_until(lambda: all(reached(t, KEY, size) for t in traces.values()), 30,
                    "replicas to finish")
         cpu = meter.stop()
+        others_cpu = others.stop()
         for spy in spies:
             spy.wait()
         per_replica: dict[str, Stats] = {}
@@ -102,6 +106,7 @@ def lag(rate: int, seconds: float, root: Path, replicas: int = 2,
             "rate": rate, "achieved": achieved, "writes": n, "bytes": size,
             "replicas": per_replica, "all": worst_of(rows), "cpu": cpu,
             "cpu_per_write_us": {name: 1e6 * used / n for name, used in meter.seconds.items()},
+            "others_cpu": others_cpu,
             "shipped": lag_stats(writes, read_trace(shipped, KEY)),
         }
     finally:
@@ -193,7 +198,8 @@ def print_lag(r: dict[str, Any]) -> None:
     cpu = "  ".join(f"{n} {p:.0f}%" for n, p in r["cpu"].items())
     print(f"  daemon CPU (100% = one core): {cpu}")
     per_write = "  ".join(f"{n} {us:.0f} us" for n, us in r["cpu_per_write_us"].items())
-    print(f"  daemon CPU per write (user + system): {per_write}")
+    print(f"  daemon CPU per write (user + system): {per_write}  (others' CPU meanwhile: "
+          f"{r['others_cpu']:.0f}%)")
 
 
 def print_profiles(profile_dir: Path) -> None:
