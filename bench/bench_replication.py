@@ -10,7 +10,14 @@ Every scenario gets a fresh broker: retained positions of an earlier scenario's 
 otherwise be judged against the new files (and rightly refused as divergent).
 
     python -m bench.bench_replication [--rate 500] [--seconds 10] [--replicas 2]
-                                      [--catchup-mb 512]
+                                      [--catchup-mb 512] [--profile DIR]
+
+CPU per write: each daemon's user + system time (/proc/<pid>/stat) over the measured window
+(writing + draining) divided by the writes. --profile attaches `py-spy record` (raw folded
+stacks, only samples that hold the GIL: where Python spends CPU) to the writer A and the
+standby B for the measured window and to both daemons of the catch-up, writes the profiles to
+DIR and prints their top frames; sampling perturbs the figures, so compare profiled runs only
+with each other.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.harness import (
+    BackgroundMeter,
     CpuMeter,
     PySpy,
     Stats,
@@ -35,6 +43,8 @@ from bench.harness import (
     paced_appends,
     reached,
     read_trace,
+    top_inclusive_frames,
+    top_self_frames,
     worst_of,
 )
 from tests.cluster import Broker, Daemon, wait_until
@@ -72,14 +82,18 @@ def lag(rate: int, seconds: float, root: Path, replicas: int = 2,
         plan = [(KEY, src, b) for b in batches(n)]
         pids = {name: d.proc.pid for name, d in daemons.items() if d.proc is not None}
         meter = CpuMeter(pids)
-        spies = [PySpy(pid, seconds + 1, profile_dir / f"lag-{rate}-{replicas}r-{name}.txt")
+        spies = [PySpy(pid, seconds + 1, profile_dir / f"lag-{rate}-{replicas}r-{name}.txt",
+                       gil=True, rate=250)
                  for name, pid in pids.items() if name in "ab"] if profile_dir else []
+        others = BackgroundMeter()
+        others.start()
         meter.start()
         writes, achieved = paced_appends(plan, rate)
         size = writes[-1].end
         wait_until(lambda: all(reached(t, KEY, size) for t in traces.values()), 30,
                    "replicas to finish")
         cpu = meter.stop()
+        others_cpu = others.stop()
         for spy in spies:
             spy.wait()
         per_replica: dict[str, Stats] = {}
@@ -91,6 +105,8 @@ def lag(rate: int, seconds: float, root: Path, replicas: int = 2,
         return {
             "rate": rate, "achieved": achieved, "writes": n, "bytes": size,
             "replicas": per_replica, "all": worst_of(rows), "cpu": cpu,
+            "cpu_per_write_us": {name: 1e6 * used / n for name, used in meter.seconds.items()},
+            "others_cpu": others_cpu,
             "shipped": lag_stats(writes, read_trace(shipped, KEY)),
         }
     finally:
@@ -134,12 +150,15 @@ def catchup(megabytes: int, root: Path, profile_dir: Path | None = None) -> dict
         t0 = time.monotonic_ns()
         b.start(wait=False)
         assert b.proc is not None
-        spies = [PySpy(b.proc.pid, 8, profile_dir / "catchup-b.txt"),
-                 PySpy(a.proc.pid, 8, profile_dir / "catchup-a.txt")] if profile_dir else []
+        spies = [PySpy(b.proc.pid, 8, profile_dir / "catchup-b.txt", gil=True, rate=250),
+                 PySpy(a.proc.pid, 8, profile_dir / "catchup-a.txt", gil=True, rate=250)
+                 ] if profile_dir else []
         wait_until(lambda: reached(trace, KEY, size), 600, "catch-up", interval=0.05)
         # b is a new process: all its CPU time so far belongs to the catch-up.
-        b_cpu = 100 * cpu_seconds(b.proc.pid) / ((time.monotonic_ns() - t0) / 1e9)
+        b_seconds = cpu_seconds(b.proc.pid)
+        b_cpu = 100 * b_seconds / ((time.monotonic_ns() - t0) / 1e9)
         cpu = {**meter.stop(), "b": b_cpu}
+        cpu_s = {**meter.seconds, "b": b_seconds}
         entries = read_trace(trace, KEY)[KEY]
         first, done = entries[0][1], entries[-1][1]
         total = (done - t0) / 1e9
@@ -150,7 +169,7 @@ def catchup(megabytes: int, root: Path, profile_dir: Path | None = None) -> dict
         assert identical, "copies differ after catch-up"
         return {"bytes": size, "seconds": total, "mb_s": size / 1e6 / total,
                 "streaming_mb_s": size / 1e6 / streaming, "identical": identical, "cpu": cpu,
-                "a_log_check_s": checked}
+                "a_log_check_s": checked, "cpu_s": cpu_s}
     finally:
         a.stop()
         b.stop()
@@ -180,6 +199,20 @@ def print_lag(r: dict[str, Any]) -> None:
           f"p99 {s.p99:.2f} ms  max {s.max:.2f} ms")
     cpu = "  ".join(f"{n} {p:.0f}%" for n, p in r["cpu"].items())
     print(f"  daemon CPU (100% = one core): {cpu}")
+    per_write = "  ".join(f"{n} {us:.0f} us" for n, us in r["cpu_per_write_us"].items())
+    print(f"  daemon CPU per write (user + system): {per_write}  (others' CPU meanwhile: "
+          f"{r['others_cpu']:.0f}%)")
+
+
+def print_profiles(profile_dir: Path) -> None:
+    for raw in sorted(profile_dir.glob("*.txt")):
+        print(f"profile {raw}:")
+        print("  top self frames (% of samples):")
+        for frame, pct in top_self_frames(raw, 12):
+            print(f"    {pct:5.1f}%  {frame}")
+        print("  top syncd frames, inclusive:")
+        for frame, pct in top_inclusive_frames(raw, "syncd/", 15):
+            print(f"    {pct:5.1f}%  {frame}")
 
 
 def main() -> None:
@@ -189,16 +222,22 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--replicas", type=int, default=2, choices=(1, 2))
     parser.add_argument("--catchup-mb", type=int, default=512)
+    parser.add_argument("--profile", type=Path, metavar="DIR",
+                        help="attach py-spy to the daemons; raw profiles go to DIR")
     args = parser.parse_args()
+    profile: Path | None = args.profile.resolve() if args.profile else None
     with tempfile.TemporaryDirectory(prefix="syncd-bench-") as tmp:
         root = Path(tmp)
         if args.seconds:
-            print_lag(lag(args.rate, args.seconds, root / "lag", args.replicas))
+            print_lag(lag(args.rate, args.seconds, root / "lag", args.replicas, profile))
         if args.catchup_mb:
-            r = catchup(args.catchup_mb, root)
+            r = catchup(args.catchup_mb, root, profile)
             print(f"catch-up: {r['bytes'] / 1e6:.0f} MB to a new standby in {r['seconds']:.2f} s "
                   f"including its start-up = {r['mb_s']:.0f} MB/s; streaming "
-                  f"{r['streaming_mb_s']:.0f} MB/s (target >= 100 MB/s)")
+                  f"{r['streaming_mb_s']:.0f} MB/s (target >= 100 MB/s); daemon CPU "
+                  + ", ".join(f"{n} {sec:.1f} s" for n, sec in r["cpu_s"].items()))
+        if profile is not None:
+            print_profiles(profile)
 
 
 if __name__ == "__main__":

@@ -178,6 +178,7 @@ class CpuMeter:
         self.pids = pids
         self.children = children
         self.percent: dict[str, float] = {}
+        self.seconds: dict[str, float] = {}  # CPU seconds used between start() and stop()
         self._t0 = 0.0
         self._c0: dict[str, float] = {}
 
@@ -187,8 +188,9 @@ class CpuMeter:
 
     def stop(self) -> dict[str, float]:
         wall = time.monotonic() - self._t0
-        self.percent = {n: 100 * (cpu_seconds(p, self.children) - self._c0[n]) / wall
+        self.seconds = {n: cpu_seconds(p, self.children) - self._c0[n]
                         for n, p in self.pids.items()}
+        self.percent = {n: 100 * used / wall for n, used in self.seconds.items()}
         return self.percent
 
 
@@ -263,12 +265,21 @@ def wait_quiet(threshold: float = 10.0, max_wait: float = 300.0) -> float:
             return load
 
 
+def py_spy() -> str | None:
+    """py-spy on PATH, or beside this interpreter (a virtualenv not activated)."""
+    beside = Path(sys.executable).parent / "py-spy"
+    return shutil.which("py-spy") or (str(beside) if beside.exists() else None)
+
+
 class PySpy:
     """`py-spy record` attached to a running process, raw (folded) output."""
 
-    def __init__(self, pid: int, seconds: float, out: Path) -> None:
+    def __init__(self, pid: int, seconds: float, out: Path, gil: bool = False,
+                 rate: int = 100) -> None:
+        """`gil`: only samples of the thread holding the GIL (where Python spends CPU; time
+        blocked in a system call or waiting is left out)."""
         self.out = out
-        exe = shutil.which("py-spy")
+        exe = py_spy()
         self.proc: subprocess.Popen[bytes] | None = None
         if exe is None:
             print("  (py-spy not found: no profile)", file=sys.stderr)
@@ -276,7 +287,7 @@ class PySpy:
         out.parent.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(
             [exe, "record", "-p", str(pid), "-d", str(max(1, round(seconds))), "-f", "raw",
-             "-o", str(out), "--nonblocking"],
+             "-o", str(out), "--nonblocking", "-r", str(rate), *(["--gil"] if gil else [])],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def wait(self) -> None:

@@ -47,13 +47,14 @@ def block_start(offset: int) -> int:
 class Ledger:
     """Size and prefix digests of one copy. Only grows: `extend` is the one way to change it."""
 
-    __slots__ = ("_chain", "_partial", "_size", "_tail")
+    __slots__ = ("_chain", "_digest", "_partial", "_size", "_tail")
 
     def __init__(self) -> None:
         self._chain: list[bytes] = [ZERO_CHAIN]
         self._partial = hashlib.sha256()
         self._tail = bytearray()
         self._size = 0
+        self._digest: bytes | None = None  # digest() until the next extend
 
     @property
     def size(self) -> int:
@@ -65,6 +66,7 @@ class Ledger:
         return self._chain
 
     def extend(self, data: bytes) -> None:
+        self._digest = None
         view = memoryview(data)
         while view:
             room = BLOCK - len(self._tail)
@@ -81,8 +83,12 @@ class Ledger:
                 self._tail = bytearray()
 
     def digest(self) -> bytes:
-        """Digest of the whole prefix this ledger covers (O(1))."""
-        return _finish(self._chain[-1], self._partial.digest(), self._size)
+        """Digest of the whole prefix this ledger covers (O(1), and kept until it grows: a
+        replicated write asks for it half a dozen times)."""
+        d = self._digest
+        if d is None:
+            d = self._digest = _finish(self._chain[-1], self._partial.digest(), self._size)
+        return d
 
     def partial_digest(self) -> bytes:
         """sha256 of the bytes after the last full block: what a restart checks against disk."""
@@ -206,6 +212,7 @@ class Ledger:
         ledger._partial.update(partial)
         ledger._tail = bytearray(partial)
         ledger._size = size
+        ledger._digest = None
         return ledger
 
 

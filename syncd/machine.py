@@ -141,6 +141,11 @@ LOCATE_RETRY = 5.0  # seconds before asking a diverged peer again where we part
 OWN_REMOVAL_WINDOW = 5.0  # a deletion hint this soon after we archived is our own
 
 
+STAT_ONLY = ReadPlan(stat=True)
+# Events no case of `reads_for` matches (every replicated write has some): answered at once.
+_NO_READS: frozenset[type] = frozenset({Appended, Drained, Synced, Tick})
+
+
 class Mode(Enum):
     LOADING = "loading"
     UNREADABLE = "unreadable"
@@ -331,6 +336,8 @@ class Machine:
 
     def reads_for(self, event: Event) -> ReadPlan:
         """The bytes of the file that `handle(event)` needs; the shell reads them first."""
+        if type(event) in _NO_READS:
+            return NO_READS
         ledger = self.ledger
         match event:
             case Loaded(record=rec) if rec is not None:
@@ -345,7 +352,7 @@ class Machine:
             case Rehashed(purpose="check") if ledger is not None:
                 return ReadPlan(((block_start(ledger.size), ledger.size),), stat=True)
             case PeerData(look=False) | Look(full=False):
-                return ReadPlan(stat=True)
+                return STAT_ONLY
             case Look() | PeerData() if ledger is not None:
                 end = ledger.size + self.tuning.fetch_window
                 if isinstance(event, PeerData):
@@ -414,22 +421,30 @@ class Machine:
     def handle(self, event: Event, snap: Snapshot, now: float, wall: float) -> list[Effect]:
         """Decide what `event` means for this file; return what the shell must do, in order."""
         out: list[Effect] = []
+        # The events of every replicated write come first: each case is another class, so
+        # their order decides nothing, and a match tries them one after the other.
         match event:
+            case Look(replaced=replaced, full=full):
+                self._on_look(replaced, full, snap, now, wall, out)
+            case PeerData():
+                self._on_data(event, snap, now, wall, out)
+            case Appended():
+                self._on_appended(event, now, wall, out)
+            case Synced():
+                self._on_synced(now, wall, out)
+            case Drained():
+                if self.unsynced:
+                    out.append(Sync(local=False))
+                else:
+                    self._persist(now, out)
+            case Tick():
+                self._on_tick(now, wall, out)
             case Loaded():
                 self._on_loaded(event, snap, now, wall, out)
             case LoadFailed(detail=detail):
                 self._on_load_failed(detail, now, out)
             case Rehashed():
                 self._on_rehashed(event, snap, now, wall, out)
-            case Look(replaced=replaced, full=full):
-                self._on_look(replaced, full, snap, now, wall, out)
-            case Tick():
-                self._on_tick(now, wall, out)
-            case Drained():
-                if self.unsynced:
-                    out.append(Sync(local=False))
-                else:
-                    self._persist(now, out)
             case Reconnected():
                 if self.mode not in (Mode.LOADING, Mode.UNREADABLE):
                     self._announce(now, out, at_once=True)
@@ -445,8 +460,6 @@ class Machine:
                 view = self.peers.get(peer)
                 if view is not None:
                     self._assess(peer, view, snap, now, wall, out, reread=False)
-            case PeerData():
-                self._on_data(event, snap, now, wall, out)
             case PeerRequest(peer=peer, request=r):
                 self._on_request(peer, r, snap, now, wall, out)
             case PeerRefuse(peer=peer, refuse=rf):
@@ -461,12 +474,8 @@ class Machine:
                 self._narrow(peer, p, snap, out)
             case LineFound():
                 self._on_line_found(event, now, out)
-            case Appended():
-                self._on_appended(event, now, wall, out)
             case AppendFailed(kind=kind, detail=detail):
                 self._on_append_failed(kind, detail, now, wall, out)
-            case Synced():
-                self._on_synced(now, wall, out)
             case SyncFailed(detail=detail):
                 self._set_trouble("error", f"cannot make {self.file} durable: {detail}", now,
                                   wall, out)
