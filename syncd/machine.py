@@ -584,7 +584,7 @@ class Machine:
         hold = rec.size
         intent = rec.intent
         if intent is not None and intent[1] <= rec.size < intent[2] <= st.size:
-            # Only if every piece is still there, and only once the file's prefix is checked
+            # Only if the whole piece is still there, and only once the file's prefix is checked
             # to have the digest we recorded: a writer's torn line may sit there instead.
             hold = intent[2]
             self._intent_check = (intent[2], bytes.fromhex(intent[3]))
@@ -1032,8 +1032,19 @@ class Machine:
         if not d.data.endswith(b"\n"):
             # A piece of a long line: record durably that the bytes past our end will be
             # this peer's, so that a restart does not take them for a local torn line.
-            start = self.intent[1] if self.intent and self.intent[2] == d.offset else d.offset
-            self.intent = (peer, start, d.end, ledger.digest_with(d.data).hex())
+            if self.unsynced or self.position.size != ledger.size:
+                # The intent covers exactly this piece, on top of the size recorded with it:
+                # bytes appended before it (a burst of frames: the previous piece, whole
+                # lines) must be durable and recorded first. Else a kill between this intent
+                # and its append (the intent then names an end the file never reached), or
+                # before the record catches up with the sync (the intent then starts past
+                # the recorded size), leaves them past the recorded end, unrecognised: taken
+                # for a local torn line, they freeze the file as diverged.
+                out.append(Sync(local=False))
+                if self.failing is None or not self.failing.detail.startswith("cannot make"):
+                    out.append(Redeliver(ev))
+                return  # while syncs fail: dropped, anti-entropy asks for it again
+            self.intent = (peer, d.offset, d.end, ledger.digest_with(d.data).hex())
             out.append(self._persist_record(durable=True))
         out.append(Append(d.offset, d.data, self.inode if st is not None else None, peer))
 
@@ -1107,9 +1118,9 @@ class Machine:
 
     def _on_synced(self, now: float, wall: float, out: list[Effect]) -> None:
         ledger = self.ledger
+        self.unsynced = 0  # even when reset meanwhile (ledger gone): else an adopt waits forever
         if ledger is None:
             return
-        self.unsynced = 0
         if self.failing is not None and self.failing.detail.startswith("cannot make"):
             self.failing = None
         if self.position.size == ledger.size and self.position.digest == ledger.digest():

@@ -27,6 +27,7 @@ from syncd.events import (
     PeerOnline,
     PeerPos,
     PeerRequest,
+    Persist,
     Redeliver,
     Rehash,
     Rehashed,
@@ -34,6 +35,7 @@ from syncd.events import (
     Snapshot,
     Sync,
     Synced,
+    SyncFailed,
     Tick,
 )
 from syncd.frames import Announce, Data, Kind, Refuse, Request
@@ -44,6 +46,7 @@ from syncd.machine import (
     Mode,
     Tuning,
 )
+from syncd.persist import FileRecord
 from syncd.store import Stat
 
 
@@ -325,6 +328,109 @@ def test_a_divergence_clears_when_the_peer_holds_our_bytes_where_we_parted() -> 
     out = feed(m, f, PeerPos("c", Announce(len(held), digest_of(held))), 4.0)
     assert m.diverged == {} and m.state_word() == "in_sync"
     assert [e.payload.diverged for e in sent(out, Kind.POS)] == [()]
+
+
+# --- intents: a peer's pieces of a long line across a kill -----------------------------------
+
+class Killed(Exception):
+    """kill -9 of the process: the effects not carried out yet never happen."""
+
+
+class Disk:
+    """What `state_dir` holds: the last record and chain a Persist wrote (kill -9 keeps it)."""
+
+    def __init__(self) -> None:
+        self.record: FileRecord | None = None
+        self.chain: list[bytes] = []
+
+
+def shell(m: Machine, f: File, event: Event, disk: Disk,
+          die_before: type | None = None) -> list[object]:
+    """Like `feed`, with the shell's Rehash (never below `hold`) and Persist, and a process
+    that dies just before the first effect of type `die_before`."""
+    snap = f.snapshot(m, event)
+    effects: list[object] = list(m.handle(event, snap, 1.0, 1e9 + 1.0))
+    out = list(effects)
+    for e in effects:
+        if die_before is not None and isinstance(e, die_before):
+            raise Killed
+        if isinstance(e, Persist):
+            disk.record = e.record
+            disk.chain = list(e.chain) if e.chain is not None else disk.chain
+        elif isinstance(e, Append):
+            f.write(e.data)
+            st = Stat(1, f.inode, len(f.data), f.mtime, f.mtime)
+            out += shell(m, f, Appended(e.peer, e.data, st), disk, die_before)
+        elif isinstance(e, Sync):
+            out += shell(m, f, Synced(), disk, die_before)
+        elif isinstance(e, Redeliver):
+            out += shell(m, f, e.event, disk, die_before)
+        elif isinstance(e, Rehash):
+            end = max(f.data.rfind(b"\n") + 1, min(e.hold, len(f.data)))
+            ledger = Ledger()
+            ledger.extend(bytes(f.data[:end]))
+            out += shell(m, f, Rehashed(e.purpose, ledger, e.why), disk, die_before)
+    return out
+
+
+def restart(f: File, disk: Disk) -> Machine:
+    m = Machine("a", "k", "events.jsonl", "symmetric", Tuning(), online={"b": True})
+    assert disk.record is not None
+    shell(m, f, Loaded(disk.record, list(disk.chain)), disk)
+    return m
+
+
+LONG = b'{"id": "2", "p": "' + b"x" * 300 + b'"}\n'  # longer than a piece: it travels in three
+
+
+def piece(at: int, f: File | bytes, data: bytes) -> PeerData:
+    held = bytes(f.data if isinstance(f, File) else f)[:at]
+    return PeerData("b", Data(at, digest_of(held), data))
+
+
+def test_a_peers_piece_survives_a_kill_between_the_next_pieces_intent_and_its_append() -> None:
+    """Chaos: b killed while pieces of a's long line arrived back to back (no sync between
+    them); at start its last piece was taken for a local torn line, a false divergence."""
+    m, f = live(LINE)
+    disk = Disk()
+    s, p1, p2, p3 = len(LINE), LONG[:100], LONG[100:200], LONG[200:]
+    shell(m, f, piece(s, f, p1), disk)
+    with pytest.raises(Killed):  # the next frame of the burst: dies before its append
+        shell(m, f, piece(s + 100, f, p2), disk, die_before=Append)
+    assert bytes(f.data) == LINE + p1
+    m = restart(f, disk)
+    assert m.mode is Mode.LIVE and m.held == s + 100  # b's piece, not a local torn line
+    shell(m, f, piece(s + 100, f, p2), disk)
+    shell(m, f, piece(s + 200, f, p3), disk)
+    assert bytes(f.data) == LINE + LONG and not m.diverged and m.held == len(f.data)
+
+
+def test_a_peers_piece_after_its_unsynced_whole_lines_survives_a_kill() -> None:
+    """A whole line, then a piece of a long line, appended back to back and killed before
+    any sync: the intent must be about bytes past the size recorded with it."""
+    m, f = live(LINE)
+    disk = Disk()
+    s, p1, p2 = len(LINE), LONG[:100], LONG[100:]
+    shell(m, f, piece(s, f, LINE), disk)
+    shell(m, f, piece(2 * s, f, p1), disk)  # appended; killed before anything else
+    assert bytes(f.data) == LINE + LINE + p1
+    m = restart(f, disk)
+    assert m.mode is Mode.LIVE and m.held == 2 * s + 100
+    shell(m, f, piece(2 * s + 100, f, p2), disk)
+    assert bytes(f.data) == 2 * LINE + LONG and not m.diverged
+
+
+def test_a_piece_waits_for_a_durable_base_and_is_dropped_while_syncs_fail() -> None:
+    m, f = live(LINE)
+    disk = Disk()
+    shell(m, f, piece(len(LINE), f, LINE), disk)  # a whole line, not synced yet
+    event = piece(2 * len(LINE), f, LONG[:100])
+    out = m.handle(event, f.snapshot(m, event), 1.0, 1e9)
+    assert [type(e) for e in out] == [Sync, Redeliver]  # no intent on an unrecorded base
+    m.handle(SyncFailed("Input/output error"), Snapshot(), 1.0, 1e9)
+    out = m.handle(event, f.snapshot(m, event), 1.0, 1e9)
+    assert [type(e) for e in out] == [Sync]  # tried again, the piece dropped: no loop
+    assert m.intent is None and bytes(f.data) == 2 * LINE
 
 
 def test_transitions_outside_the_table_are_refused() -> None:

@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import heapq
 import random
+import re
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -99,12 +100,18 @@ class Violation(AssertionError):
     pass
 
 
+class Killed(Exception):
+    """The host's process died between two effects (kill -9 or a power loss mid-batch)."""
+
+
 @dataclass
 class SimFile:
     inode: int
     data: bytearray
     synced: bytes  # what survives a power loss
     mtime: int
+    # Per byte: 1 if syncd appended it for a peer, 0 if a writer (or an operator) put it there.
+    origin: bytearray = field(default_factory=bytearray)
 
     def stat(self) -> Stat:
         return Stat(1, self.inode, len(self.data), self.mtime, self.mtime)
@@ -143,6 +150,13 @@ class SimHost:
     checked_file: SimFile | None = None  # the file as check_always last read it
     checked_size: int = -1
     checked_mtime: int = -1
+    # kill_mid: the process dies just before its crash_in-th next Append, Sync or Persist
+    # (between an intent and its append, an append and its sync, a sync and its record...).
+    crash_in: int = 0
+    crash_power: bool = False
+    # A busy shell: events pile up in the inbox and are handled back to back later, with no
+    # Drained (and so no sync) between them, as when a burst of frames arrives at once.
+    busy: bool = False
 
     # --- the shell: what replica.py does, on simulated parts ------------------------------
 
@@ -158,8 +172,12 @@ class SimHost:
                                online={h: w.hosts[h].connected for h in w.hosts if h != self.name})
         self.inbox.clear()
         self.look_pending = False
+        self.busy = False
         st = self.stored
-        self.handle(Loaded(st.record, list(st.chain)) if st else Loaded(None, []))
+        try:
+            self.handle(Loaded(st.record, list(st.chain)) if st else Loaded(None, []))
+        except Killed:
+            return
         self.look_pending = True
         self.drain()
         w.connect(self)
@@ -168,21 +186,39 @@ class SimHost:
         if not self.alive:
             return
         self.inbox.append(event)
+        if self.busy:
+            return
+        w = self.world
+        if w.faults and w.rng.random() < 0.2:
+            self.busy = True
+            machine = self.machine
+
+            def later() -> None:
+                if self.machine is machine:
+                    self.busy = False
+                    self.drain()
+            w.at(w.now + w.rng.uniform(0.001, 0.01), later)
+            return
         self.drain()
 
     def drain(self) -> None:
+        if not self.alive:
+            return
         guard = 0
-        while self.inbox or self.look_pending:
-            guard += 1
-            if guard > 10_000:
-                raise Violation(f"{self.name}: the shell never drains (effects loop)")
-            if self.inbox:
-                event = self.inbox.popleft()
-            else:
-                self.look_pending = False
-                event = Look()
-            self.handle(event)
-        self.handle(Drained())
+        try:
+            while self.inbox or self.look_pending:
+                guard += 1
+                if guard > 10_000:
+                    raise Violation(f"{self.name}: the shell never drains (effects loop)")
+                if self.inbox:
+                    event = self.inbox.popleft()
+                else:
+                    self.look_pending = False
+                    event = Look()
+                self.handle(event)
+            self.handle(Drained())
+        except Killed:
+            return
         self.world.arm(self)
 
     def handle(self, event: Event) -> None:
@@ -226,6 +262,16 @@ class SimHost:
     def perform(self, effects: list[Any]) -> None:
         w = self.world
         for e in effects:
+            if self.crash_in and isinstance(e, Append | Sync | Persist):
+                self.crash_in -= 1
+                if not self.crash_in:
+                    what = (f" of {len(e.data)} at {e.offset}" if isinstance(e, Append) else
+                            f" (intent {e.record.intent})" if isinstance(e, Persist) else "")
+                    power = " (power loss)" if self.crash_power else ""
+                    w.log(f"  {self.name} dies before {type(e).__name__}{what}, "
+                          f"{self.m.unsynced} unsynced{power}")
+                    w._crash(self, power=self.crash_power)
+                    raise Killed
             match e:
                 case Send():
                     if e.kind is Kind.POS:
@@ -271,10 +317,24 @@ class SimHost:
                     self.handle(Loaded(st.record, list(st.chain)) if st else Loaded(None, []))
                 case AdoptDone():
                     w.check_adopted(self, e)
-                case Log() | Durable() | LogCheck():
+                case Log():
+                    self.check_torn_verdict(e.message)
+                case Durable() | LogCheck():
                     pass
                 case _:
                     raise Violation(f"unknown effect {e!r}")
+
+    def check_torn_verdict(self, message: str) -> None:
+        """Bytes syncd appended for a peer are never taken for a local writer's torn line
+        (unless this host's history was tampered with: a wiped state forgets the intent)."""
+        found = re.search(r"unfinished local line past offset (\d+) \((\d+) bytes\)", message)
+        f = self.file
+        if found is None or f is None or self.tampered:
+            return
+        at, n = int(found[1]), int(found[2])
+        if n and all(f.origin[at: at + n]):
+            raise Violation(f"{self.name} took {n} bytes it had appended for a peer at {at} "
+                            f"for a local torn line (a false divergence): {message}")
 
     def append(self, e: Append) -> Event:
         w = self.world
@@ -292,6 +352,7 @@ class SimHost:
             self.fail_appends -= 1
             return AppendFailed("full", "No space left on device")
         f.data += e.data
+        f.origin += b"\x01" * len(e.data)
         f.mtime = w.tick_ns()
         return Appended(e.peer, e.data, f.stat())
 
@@ -385,7 +446,7 @@ class World:
 
     def new_file(self, data: bytes = b"") -> SimFile:
         self._inode += 1
-        return SimFile(self._inode, bytearray(data), b"", self.tick_ns())
+        return SimFile(self._inode, bytearray(data), b"", self.tick_ns(), bytearray(len(data)))
 
     def line(self, host: str) -> bytes:
         self.line_no += 1
@@ -407,6 +468,7 @@ class World:
             if cut >= 0:
                 self.written.add(bytes(f.data[start:]) + data[: cut + 1])
         h.file.data += data
+        h.file.origin += bytes(len(data))
         h.file.mtime = self.tick_ns()
         self.hint(h)
 
@@ -548,6 +610,7 @@ class World:
             return
         cut = f.data.rfind(b"\n", 0, self.rng.randrange(0, len(f.data)))
         del f.data[cut + 1:]
+        del f.origin[cut + 1:]
         f.synced = f.synced[: len(f.data)]
         f.mtime = self.tick_ns()
         h.tampered = True
@@ -589,6 +652,11 @@ class World:
     def fault_kill(self, h: SimHost) -> None:
         self._crash(h, power=False)
 
+    def fault_kill_mid(self, h: SimHost) -> None:
+        if h.alive:
+            h.crash_in = self.rng.randrange(1, 12)
+            h.crash_power = self.rng.random() < 0.3
+
     def fault_power(self, h: SimHost) -> None:
         self._crash(h, power=True)
 
@@ -607,8 +675,10 @@ class World:
                     raise Violation(f"{h.name} announced {size} bytes that a power loss "
                                     "did not leave on its disk")
             h.file.data = bytearray(h.file.synced)
+            del h.file.origin[len(h.file.data):]
             h.stored = h.stored_durable
         h.alive = False
+        h.crash_in = 0
         h.machine = None
         h.wakeup = None
         h.torn = None
@@ -774,6 +844,8 @@ class World:
             # Quiet: faults stop, torn lines complete, everyone comes back, time passes.
             self.faults = False
             self.log("quiet")
+            for h in self.hosts.values():
+                h.crash_in = 0  # an armed kill_mid is a fault too
             self.run_until(t + 3.0)
             for h in self.hosts.values():
                 h.fail_reads = h.fail_appends = 0
@@ -792,7 +864,8 @@ class World:
 
 
 FAULTS = ["torn", "second_writer", "failover", "edit", "truncate", "clear", "rename_over",
-          "emfile", "enospc", "kill", "power", "wipe_state", "broker_restart", "adopt"]
+          "emfile", "enospc", "kill", "kill_mid", "power", "wipe_state", "broker_restart",
+          "adopt"]
 
 
 def _event_of(sender: str, e: Send) -> Event | None:
