@@ -11,8 +11,10 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from tests import nats
 from tests.cluster import Broker, Daemon, wait_until
 from tests.conftest import ishiki_lines
+from tests.test_nats import nats_daemons
 
 LONG = "大" * 40  # 120 bytes of UTF-8
 # (profile, path below its runtimes root): what Ishiki creates, all of it while syncd runs.
@@ -62,9 +64,26 @@ def test_nested_and_odd_keys_of_two_profiles_are_byte_identical_on_three_hosts(
     broker: Broker, make_daemon: Callable[..., Daemon]
 ) -> None:
     hosts = [with_profiles(make_daemon(n, broker, start=False)) for n in ("a", "b", "c")]
-    a, b, _ = hosts
     for d in hosts:
         d.start()
+    replicate_every_instance(hosts)
+
+
+def test_the_same_on_nats_each_host_on_another_cluster_member(tmp_path: Path) -> None:
+    """NATS refuses '.', ' ' and wildcards in topics: the encoded levels carry these names."""
+    with nats.NatsCluster(tmp_path / "nats") as cluster:
+        hosts = [with_profiles(d) for d in nats_daemons(tmp_path, cluster)]
+        try:
+            for d in hosts:
+                d.start()
+            replicate_every_instance(hosts)
+        finally:
+            for d in hosts:
+                d.kill()
+
+
+def replicate_every_instance(hosts: list[Daemon]) -> None:
+    a, b, _ = hosts
     # alice's bot runs on a, bob's on b: each instance has one writer.
     writer = {"alice": a, "bob": b}
     for profile, rel in INSTANCES:
