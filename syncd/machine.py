@@ -490,7 +490,11 @@ class Machine:
                     out.append(AdoptDone(self.adoption.ticket, {"error": detail}))
                     self.adoption = None
             case ScrubMismatch():
-                if self.mode in (Mode.LIVE, Mode.FROZEN) and self.ledger is not None:
+                if self.mode is Mode.ADOPTING and self.ledger is not None:
+                    # Bytes we took (and may have served) are not in the file any more.
+                    self._adoption_spoiled("the background scrub found other bytes in the "
+                                           "local file", out)
+                elif self.mode in (Mode.LIVE, Mode.FROZEN) and self.ledger is not None:
                     out.append(Rehash("check", hold=self.held,
                                       why="the background scrub found other bytes"))
             case IoFailed(event=failed, detail=detail):
@@ -767,6 +771,11 @@ class Machine:
                 self._enter(Mode.LIVE)
                 self._local_reset(f"file changed ({change.value}) while adopting "
                                   f"{ad.peer}'s copy", now, wall, out)
+            elif change in (LocalChange.EDITED, LocalChange.TOUCHED):
+                # Bytes we took (and may have served: an adopting copy serves what it took)
+                # changed here: judge the copy again as a live one does, never vouch on.
+                self._adoption_spoiled(f"the local file was edited ({change.value}) while it "
+                                       "was being adopted", out)
             return  # else the operator stopped the bot here; the adopted copy is what counts
         if change is LocalChange.REPLACED:
             what = "deleted" if st is None else "replaced (new inode)"
@@ -1555,6 +1564,18 @@ class Machine:
         self._announce(now, out, at_once=True)
         ad.ask = max(1, int(wall * 1000))
         self._maybe_fetch(now, out)
+
+    def _adoption_spoiled(self, detail: str, out: list[Effect]) -> None:
+        """The bytes taken so far changed in the file while adopting: the adoption cannot end
+        well. Say so to the operator, and check the whole copy once as a live one, so that the
+        new bytes are announced (every peer holding the old ones sees the fork) and no peer
+        stays in_sync over bytes we no longer hold."""
+        ad = self.adoption
+        self.adoption = None
+        if ad is not None:
+            out.append(AdoptDone(ad.ticket, {"error": detail}))
+        self._enter(Mode.LIVE)
+        out.append(Rehash("check", hold=self.held, why=detail))
 
     def _check_adopted(self, now: float, out: list[Effect]) -> None:
         """Done when our durable copy equals a position the source announced after we asked."""

@@ -31,6 +31,7 @@ from syncd.events import (
     Redeliver,
     Rehash,
     Rehashed,
+    ScrubMismatch,
     Send,
     Snapshot,
     Sync,
@@ -47,6 +48,7 @@ from syncd.machine import (
     Tuning,
 )
 from syncd.persist import FileRecord
+from syncd.reconcile import PeerState
 from syncd.store import Stat
 
 
@@ -237,6 +239,37 @@ def test_a_local_writer_during_an_adoption_ends_it_with_an_error() -> None:
     [done] = [e for e in out if isinstance(e, AdoptDone)]
     assert "another process wrote" in done.result["error"]
     assert m.mode is Mode.FROZEN and m.adoption is None
+
+
+@pytest.mark.parametrize("found_by", ["look", "scrub"])
+def test_an_edit_during_an_adoption_ends_it_and_no_peer_stays_in_sync_over_it(
+        found_by: str) -> None:
+    """Seed 2007537: an adopting copy served what it took (c holds it, in_sync), the source
+    never answered, and an operator edited the bytes taken so far. The adoption ends with an
+    error and the copy is judged again as a live one: c is not in_sync over bytes we lost."""
+    m, f = live(LINE, peers=("b", "c"))
+    winner = LINE + b'{"id": "w"}\n'
+    feed(m, f, PeerPos("b", Announce(len(winner), digest_of(winner), "diverged")))
+    feed(m, f, AdoptRequested("b", "ticket"))
+    f.data, f.inode = bytearray(), 3
+    feed(m, f, Archived("archive/1"))
+    feed(m, f, PeerData("b", Data(0, Position.empty().digest, LINE)))
+    feed(m, f, Drained())
+    feed(m, f, PeerPos("c", Announce(len(LINE), digest_of(LINE))))
+    assert m.mode is Mode.ADOPTING and m.peers["c"].state is PeerState.IN_SYNC
+    f.data[3] = ord("E")  # the operator's edit of a byte we took (and c holds)
+    f.mtime += 1
+    if found_by == "look":
+        out = feed(m, f, Look(), now=2.0)
+    else:
+        f.write(b'{"id": "bot"}\n')  # grown too: a look sees growth only; the scrub finds it
+        out = feed(m, f, ScrubMismatch(), now=2.0)
+    [done] = [e for e in out if isinstance(e, AdoptDone)]
+    assert "error" in done.result
+    assert m.mode is Mode.LIVE and m.adoption is None
+    assert m.position.digest != digest_of(LINE)  # the edited bytes are announced as ours
+    feed(m, f, PeerPos("c", Announce(len(LINE), digest_of(LINE))), now=3.0)
+    assert m.peers["c"].state is PeerState.DIVERGED
 
 
 def test_serving_checks_the_bytes_against_the_ledger_first() -> None:
