@@ -116,15 +116,16 @@ class Link:
                     attempts = 0
                     self.connected.set()
                     await self._on_connected()
-                    async for message in client.messages:
-                        payload = message.payload
-                        if isinstance(payload, bytes | bytearray):
-                            try:
-                                self._on_message(message.topic.value, bytes(payload))
-                            except Exception:
-                                # One bad message must not take the link down.
-                                log.exception("error handling message on %s",
-                                              message.topic.value)
+                    # From now on each message is handled as paho reads it, on the loop: going
+                    # through aiomqtt's queue costs a task and several loop turns per message,
+                    # and behind a slow fdatasync that queue grew to 100s of ms of lag. (aiomqtt
+                    # has no public hook for it; #12 moves the link to paho itself.)
+                    while not client._queue.empty():
+                        message = client._queue.get_nowait()
+                        self._handle(message.topic.value, message.payload)
+                    client._client.on_message = (
+                        lambda _c, _u, m: self._handle(m.topic, m.payload))
+                    await asyncio.shield(client._disconnected)  # a cancel must not cancel it
             except aiomqtt.MqttError as e:
                 self.connected.clear()
                 self._client = None
@@ -179,6 +180,14 @@ class Link:
         if first_round_failed and several:
             log.warning("no broker reachable (%d tried: %s); backing off between rounds",
                         len(self._rotation.brokers), ", ".join(self.brokers))
+
+    def _handle(self, topic: str, payload: object) -> None:
+        if isinstance(payload, bytes | bytearray):
+            try:
+                self._on_message(topic, bytes(payload))
+            except Exception:
+                # One bad message must not take the link down.
+                log.exception("error handling message on %s", topic)
 
     def publish(self, topic: str, payload: bytes, retain: bool = False) -> bool:
         """Hand a QoS 1 publish to the connection, in call order, without waiting for it.
