@@ -44,6 +44,10 @@ class MqttConfig:
     # QoS of syncd's subscriptions (it always publishes at QoS 1). 0 for NATS: there each
     # QoS 1 subscription is a replicated JetStream consumer, refused while a member is down.
     subscribe_qos: int = 1
+    # Published bytes not yet acknowledged by the broker, at most; past it publishes are
+    # dropped (and repaired later by anti-entropy) instead of growing memory behind a slow
+    # broker.
+    max_queued_bytes: int = 64 << 20
 
     @property
     def endpoints(self) -> tuple[Broker, ...]:
@@ -164,7 +168,7 @@ _TOP = {
 _MQTT = {
     "host", "port", "brokers", "topic_prefix", "client_id", "username", "password_file",
     "keepalive", "reconnect_min", "reconnect_max", "tls", "tls_ca_file", "tls_cert_file",
-    "tls_key_file", "subscribe_qos",
+    "tls_key_file", "subscribe_qos", "max_queued_bytes",
 }
 _KEY = {"files", "role", "writers"}
 _LIMITS = {"requests_per_second", "request_burst", "bytes_per_second", "byte_burst"}
@@ -330,6 +334,7 @@ def parse_config(data: dict[str, Any], path: Path, text: str = "") -> Config:
         tls_cert_file=tls_files["tls_cert_file"],
         tls_key_file=tls_files["tls_key_file"],
         subscribe_qos=m.integer("subscribe_qos", 1, 0, 1),
+        max_queued_bytes=m.integer("max_queued_bytes", 64 << 20, 1 << 20, 1 << 40),
     )
     metrics = _metrics(top, _Reader(path, text, data.get("metrics", {}), "metrics"))
     limits = _limits(top, _Reader(path, text, data.get("limits", {}), "limits"))

@@ -6,32 +6,265 @@ Contract (what happens when the broker goes away):
   to the next broker of `[mqtt] brokers` and retries forever, backing off with full jitter
   after each round in which every broker failed (the policy is brokers.py's), logging once per
   change of state of each broker, not once per attempt.
-- `publish()` never blocks and never raises: while disconnected it drops the message and
+- `publish()` never blocks and never raises: while disconnected, or while more than
+  `[mqtt] max_queued_bytes` wait to be written and acknowledged, it drops the message and
   returns False. Nothing relies on the broker to queue or deliver: positions are retained and
   re-announced on every connect, and missing bytes are requested again (anti-entropy).
 - Sessions are clean: the broker keeps nothing for us between connections, so nothing stale
   is replayed and a broker restart without persistence loses nothing we need.
 - QoS 1 everywhere; the will marks this node offline when the connection dies uncleanly.
 
+It drives paho-mqtt's client from the event loop itself (`Session`): the socket's reader and
+writer callbacks call paho's loop_read/loop_write, a publish is written to the socket at once,
+and each message is handled as paho reads it. (aiomqtt, which the CLI tools use, costs a task,
+a queue and several loop turns per message, and its publish bookkeeping walks every pending
+call: at thousands of messages a second that was more than the rest of syncd.)
+
 It knows nothing about files.
 """
 
 from __future__ import annotations
 
+import array
 import asyncio
 import contextlib
+import fcntl
 import logging
 import socket
+import ssl
+import termios
 from collections.abc import Awaitable, Callable
+from typing import Any
 
-import aiomqtt
+import paho.mqtt.client as paho
+from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
 from paho.mqtt.reasoncodes import ReasonCode
 
 from syncd import frames, tls
 from syncd.brokers import Broker, Rotation
 from syncd.config import Config
+from syncd.errors import SyncdError
 
 log = logging.getLogger("syncd.link")
+
+CONNECT_TIMEOUT = 10.0  # seconds for TCP, TLS and CONNACK; then the next broker is tried
+SUBSCRIBE_TIMEOUT = 10.0
+# Delayed ACKs of ours meet Nagle on a broker without set_tcp_nodelay: its next small message
+# waits for our ACK, up to 40 ms. Linux forgets TCP_QUICKACK, so it is set after every read.
+_QUICKACK = getattr(socket, "TCP_QUICKACK", None)
+READS_PER_WAKE = 64  # MQTT packets read per wake-up at most: a burst costs one loop turn
+
+
+class LinkError(SyncdError):
+    """The connection could not be made or was lost: the reason, as the log shows it."""
+
+
+class Session:
+    """One connection to one broker, driven from the event loop."""
+
+    def __init__(self, config: Config, broker: Broker, will: tuple[str, bytes],
+                 on_message: Callable[[str, bytes], None], max_queued: int) -> None:
+        m = config.mqtt
+        self._loop = asyncio.get_running_loop()
+        self._broker = broker
+        self._keepalive = m.keepalive
+        self._on_message = on_message
+        self._max_queued = max_queued
+        self.queued = 0  # bytes handed to paho and not yet acknowledged by the broker
+        self._sizes: dict[int, int] = {}  # mid -> bytes, until the PUBACK
+        self.dropped = 0  # publishes refused because the queue was full
+        self._connected: asyncio.Future[None] = self._loop.create_future()
+        self.closed: asyncio.Future[str] = self._loop.create_future()  # -> why
+        self._subscribing: dict[int, asyncio.Future[list[ReasonCode]]] = {}
+        self._acked: dict[int, asyncio.Future[None]] = {}
+        self._sock: Any = None
+        self._writing = False
+        self._abandoned = False  # open() gave up while the thread was still connecting
+        self._misc: asyncio.TimerHandle | None = None
+        c = paho.Client(CallbackAPIVersion.VERSION2, client_id=config.client_id,
+                        protocol=paho.MQTTv311, clean_session=True, reconnect_on_failure=False)
+        c.enable_logger(logging.getLogger("syncd.mqtt"))
+        if m.username is not None:
+            c.username_pw_set(m.username, config.password())
+        context = tls.client_context(m)
+        if context is not None:
+            c.tls_set_context(context)
+        c.will_set(will[0], will[1], qos=1, retain=True)
+        c.max_inflight_messages_set(100)
+        c.on_connect = self._connack
+        c.on_disconnect = self._lost
+        c.on_subscribe = self._suback
+        c.on_publish = self._puback
+        c.on_message = lambda _c, _u, msg: on_message(msg.topic, bytes(msg.payload))
+        c.on_socket_close = lambda _c, _u, _s: self._unwatch()
+        self._client = c
+
+    async def open(self) -> None:
+        """TCP, TLS (in a thread: they block) and CONNACK; raises LinkError."""
+        try:
+            await asyncio.wait_for(self._loop.run_in_executor(None, self._connect),
+                                   CONNECT_TIMEOUT)
+        except (TimeoutError, OSError, ssl.SSLError, ValueError) as e:
+            self.abort()
+            raise LinkError(_reason(e) or "connection timed out") from None
+        self._sock = self._client.socket()
+        if isinstance(self._sock, socket.socket):
+            self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._loop.add_reader(self._sock.fileno(), self._readable)
+        self._pump()  # CONNECT may still be queued
+        self._misc = self._loop.call_later(1.0, self._tick)
+        try:
+            await asyncio.wait_for(asyncio.shield(self._connected), CONNECT_TIMEOUT)
+        except TimeoutError:
+            self.abort()
+            raise LinkError("no CONNACK from the broker") from None
+        except LinkError:
+            self.abort()
+            raise
+
+    def _connect(self) -> None:
+        # paho writes CONNECT here, in the thread: no socket callback is registered yet.
+        self._client.connect(self._broker.host, self._broker.port, self._keepalive)
+        if self._abandoned:
+            _close(self._client.socket())
+
+    async def subscribe(self, topics: list[str], qos: int) -> None:
+        for topic in topics:
+            rc, mid = self._client.subscribe(topic, qos=qos)
+            if rc != MQTTErrorCode.MQTT_ERR_SUCCESS or mid is None:
+                raise LinkError(f"subscribe to {topic}: {paho.error_string(rc)}")
+            done = self._subscribing[mid] = self._loop.create_future()
+            self._pump()
+            granted = await self._wait(done, SUBSCRIBE_TIMEOUT, f"no SUBACK for {topic}")
+            _check_granted(topic, granted)
+
+    async def publish_acked(self, topic: str, payload: bytes, within: float) -> None:
+        """Publish retained and wait for the PUBACK (presence: it must be there)."""
+        info = self._client.publish(topic, payload, qos=1, retain=True)
+        if info.rc != MQTTErrorCode.MQTT_ERR_SUCCESS:
+            raise LinkError(f"publish to {topic}: {paho.error_string(info.rc)}")
+        done = self._acked[info.mid] = self._loop.create_future()
+        if info.is_published():
+            done.set_result(None)
+        self._pump()
+        await self._wait(done, within, f"no PUBACK for {topic}")
+
+    def publish(self, topic: str, payload: bytes, retain: bool) -> bool:
+        size = len(payload)
+        if self.queued + size > self._max_queued and self.queued:
+            self.dropped += 1
+            return False
+        info = self._client.publish(topic, payload, qos=1, retain=retain)
+        if info.rc != MQTTErrorCode.MQTT_ERR_SUCCESS:
+            log.debug("publish to %s dropped: %s", topic, paho.error_string(info.rc))
+            return False
+        if not info.is_published():
+            self._sizes[info.mid] = size
+            self.queued += size
+        self._pump()
+        return True
+
+    async def _wait(self, fut: asyncio.Future[Any], within: float, what: str) -> Any:
+        done, _ = await asyncio.wait([fut, self.closed], timeout=within,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if fut in done:
+            return fut.result()
+        if self.closed.done():
+            raise LinkError(self.closed.result())
+        raise LinkError(what)
+
+    def close(self) -> None:
+        """DISCONNECT cleanly (the will is not sent), then let go of the socket."""
+        if self._sock is not None and not self.closed.done():
+            self._client.disconnect()
+            self._pump()
+        self.abort()
+
+    def abort(self) -> None:
+        """Let go of the connection at once; this session is not used again."""
+        self._abandoned = True
+        if self._misc is not None:
+            self._misc.cancel()
+            self._misc = None
+        self._unwatch()
+        _close(self._client.socket())
+        if not self.closed.done():
+            self.closed.set_result("closed")
+
+    # --- paho, driven from the loop -------------------------------------------------------
+
+    def _readable(self) -> None:
+        c = self._client
+        for _ in range(READS_PER_WAKE):
+            # paho reads one packet per call, or a few: go on while bytes wait (an SSL
+            # socket may also hold decoded bytes that the next select() will not report).
+            if c.loop_read() != MQTTErrorCode.MQTT_ERR_SUCCESS or self._sock is None:
+                break
+            if not (_unread(self._sock) or getattr(self._sock, "pending", _nothing)()):
+                break
+        if _QUICKACK is not None and self._sock is not None:
+            with contextlib.suppress(OSError):
+                self._sock.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
+        self._pump()
+
+    def _pump(self) -> None:
+        """Write what paho holds; watch for writability only while something is left."""
+        c = self._client
+        if self._sock is None:
+            return
+        if c.want_write():
+            c.loop_write()
+        if self._sock is None:
+            return  # the write found the connection gone
+        if c.want_write():
+            if not self._writing:
+                self._writing = True
+                self._loop.add_writer(self._sock.fileno(), self._pump)
+        elif self._writing:
+            self._writing = False
+            self._loop.remove_writer(self._sock.fileno())
+
+    def _tick(self) -> None:
+        self._client.loop_misc()  # keepalive: PINGREQ, and a broker that stopped answering
+        self._pump()
+        if self._sock is not None and not self.closed.done():
+            self._misc = self._loop.call_later(1.0, self._tick)
+
+    def _unwatch(self) -> None:
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            with contextlib.suppress(Exception):
+                self._loop.remove_reader(sock.fileno())
+                if self._writing:
+                    self._loop.remove_writer(sock.fileno())
+        self._writing = False
+
+    # --- paho's callbacks ------------------------------------------------------------------
+
+    def _connack(self, _c: Any, _u: Any, _flags: Any, rc: ReasonCode, _p: Any = None) -> None:
+        if not self._connected.done():
+            if rc.is_failure:
+                self._connected.set_exception(LinkError(f"[code:{rc.value}] {rc}"))
+            else:
+                self._connected.set_result(None)
+
+    def _lost(self, _c: Any, _u: Any, _flags: Any, rc: ReasonCode, _p: Any = None) -> None:
+        if not self._connected.done():
+            self._connected.set_exception(LinkError(f"connection lost before CONNACK: {rc}"))
+        if not self.closed.done():
+            self.closed.set_result(f"connection lost: {rc}" if rc.is_failure else "closed")
+        self._unwatch()
+
+    def _suback(self, _c: Any, _u: Any, mid: int, codes: list[ReasonCode], _p: Any) -> None:
+        fut = self._subscribing.pop(mid, None)
+        if fut is not None and not fut.done():
+            fut.set_result(codes)
+
+    def _puback(self, _c: Any, _u: Any, mid: int, _rc: Any, _p: Any) -> None:
+        self.queued -= self._sizes.pop(mid, 0)
+        fut = self._acked.pop(mid, None)
+        if fut is not None and not fut.done():
+            fut.set_result(None)
 
 
 class Link:
@@ -46,7 +279,7 @@ class Link:
         self._seal = seal  # (topic, online, connection number) -> signed presence frame
         self._on_message = on_message
         self._on_connected = on_connected
-        self._client: aiomqtt.Client | None = None
+        self._session: Session | None = None
         self.connected = asyncio.Event()
         self.reconnects = 0
         self.conn = 0  # counts this run's connections: presence is ordered by it (freshness.py)
@@ -55,32 +288,7 @@ class Link:
         self.switches = 0  # connections made to another broker than the one before
         self._last_broker: Broker | None = None  # the broker of the last connection made
         self._presence_topic = frames.presence_topic(m.topic_prefix, config.node)
-
-    def _make_client(self, conn: int) -> aiomqtt.Client:
-        m = self._config.mqtt
-        # The will describes the end of connection `conn`: it supersedes that connection's
-        # online presence, and nothing later (freshness.py).
-        will = aiomqtt.Will(
-            self._presence_topic, self._seal(self._presence_topic, False, conn),
-            qos=1, retain=True,
-        )
-        return aiomqtt.Client(
-            self._rotation.current.host,
-            self._rotation.current.port,
-            identifier=self._config.client_id,
-            username=m.username,
-            password=self._config.password(),
-            tls_context=tls.client_context(m),
-            will=will,
-            clean_session=True,
-            keepalive=m.keepalive,
-            timeout=10,
-            max_inflight_messages=100,
-            # Without this, Nagle's algorithm meets the broker's delayed ACKs and small
-            # frames wait ~40 ms under load.
-            socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
-            logger=logging.getLogger("syncd.mqtt"),
-        )
+        self._dropped = 0  # publishes dropped on a full outgoing queue, ended sessions
 
     @property
     def broker(self) -> str:
@@ -91,6 +299,16 @@ class Link:
     def brokers(self) -> list[str]:
         return [str(b) for b in self._rotation.brokers]
 
+    @property
+    def queued(self) -> int:
+        """Bytes published and not yet acknowledged by the broker."""
+        return self._session.queued if self._session is not None else 0
+
+    @property
+    def dropped(self) -> int:
+        """Publishes dropped because max_queued_bytes were waiting, since start."""
+        return self._dropped + (self._session.dropped if self._session is not None else 0)
+
     async def run(self) -> None:
         m = self._config.mqtt
         failing: dict[Broker, str] = {}  # broker -> last failure logged, during an outage
@@ -98,47 +316,44 @@ class Link:
         while True:
             self.conn += 1
             conn = self.conn
-            client = self._make_client(conn)
             broker = self._rotation.current
+            # The will describes the end of connection `conn`: it supersedes that
+            # connection's online presence, and nothing later (freshness.py).
+            will = (self._presence_topic, self._seal(self._presence_topic, False, conn))
+            session = Session(self._config, broker, will, self._handle, m.max_queued_bytes)
             try:
-                async with client:
-                    self._client = client
-                    for topic in frames.subscriptions(m.topic_prefix, self._config.node):
-                        granted = await client.subscribe(topic, qos=m.subscribe_qos)
-                        _check_granted(topic, granted)
-                    await client.publish(
-                        self._presence_topic,
-                        self._seal(self._presence_topic, True, conn),
-                        qos=1, retain=True,
-                    )
-                    self._connected_to(broker, attempts)
-                    failing.clear()
-                    attempts = 0
-                    self.connected.set()
-                    await self._on_connected()
-                    # From now on each message is handled as paho reads it, on the loop: going
-                    # through aiomqtt's queue costs a task and several loop turns per message,
-                    # and behind a slow fdatasync that queue grew to 100s of ms of lag. (aiomqtt
-                    # has no public hook for it; #12 moves the link to paho itself.)
-                    while not client._queue.empty():
-                        message = client._queue.get_nowait()
-                        self._handle(message.topic.value, message.payload)
-                    client._client.on_message = (
-                        lambda _c, _u, m: self._handle(m.topic, m.payload))
-                    await asyncio.shield(client._disconnected)  # a cancel must not cancel it
-            except aiomqtt.MqttError as e:
-                self.connected.clear()
-                self._client = None
+                await session.open()
+                self._session = session
+                await session.subscribe(
+                    frames.subscriptions(m.topic_prefix, self._config.node), m.subscribe_qos)
+                await session.publish_acked(
+                    self._presence_topic, self._seal(self._presence_topic, True, conn),
+                    CONNECT_TIMEOUT)
+                self._connected_to(broker, attempts)
+                failing.clear()
+                attempts = 0
+                self.connected.set()
+                await self._on_connected()
+                why = await asyncio.shield(session.closed)  # a cancel must not cancel it
+                raise LinkError(why)
+            except LinkError as e:
+                self._ended(session)
                 attempts += 1
                 self.reconnects += 1
                 rounds = self._rotation.failed_rounds
                 delay = self._rotation.failed()
-                self._log_failure(broker, str(e) or type(e).__name__, failing, delay,
+                self._log_failure(broker, str(e), failing, delay,
                                   rounds == 0 and self._rotation.failed_rounds == 1)
                 await asyncio.sleep(delay)
             finally:
-                self.connected.clear()
-                self._client = None
+                self._ended(session)
+
+    def _ended(self, session: Session) -> None:
+        self.connected.clear()
+        if self._session is session:
+            self._session = None
+            self._dropped += session.dropped
+        session.abort()
 
     def _connected_to(self, broker: Broker, attempts: int) -> None:
         self._rotation.connected()
@@ -181,42 +396,35 @@ class Link:
             log.warning("no broker reachable (%d tried: %s); backing off between rounds",
                         len(self._rotation.brokers), ", ".join(self.brokers))
 
-    def _handle(self, topic: str, payload: object) -> None:
-        if isinstance(payload, bytes | bytearray):
-            try:
-                self._on_message(topic, bytes(payload))
-            except Exception:
-                # One bad message must not take the link down.
-                log.exception("error handling message on %s", topic)
+    def _handle(self, topic: str, payload: bytes) -> None:
+        try:
+            self._on_message(topic, payload)
+        except Exception:
+            # One bad message must not take the link down.
+            log.exception("error handling message on %s", topic)
 
     def publish(self, topic: str, payload: bytes, retain: bool = False) -> bool:
         """Hand a QoS 1 publish to the connection, in call order, without waiting for it.
 
         We never wait for a PUBACK: nothing depends on one message arriving (anti-entropy
-        repairs losses), and aiomqtt's per-publish bookkeeping walks every pending call, which
-        at thousands of publishes a second costs more than the rest of syncd. So the frame
-        goes straight to paho (aiomqtt's own client underneath), which keeps QoS 1 in order
-        and queues past its in-flight window.
+        repairs losses). paho keeps QoS 1 in order and queues past its in-flight window; the
+        session refuses more than max_queued_bytes unacknowledged (a slow broker must not
+        grow our memory without limit).
         """
-        client = self._client
-        if client is None:
+        session = self._session
+        if session is None or not self.connected.is_set():
             return False
-        info = client._client.publish(topic, payload, qos=1, retain=retain)
-        if info.rc != 0:
-            log.debug("publish to %s dropped: rc %s", topic, info.rc)
-            return False
-        return True
+        return session.publish(topic, payload, retain)
 
     async def close(self) -> None:
         """Say goodbye cleanly (presence offline, retained) if connected."""
-        client = self._client
-        if client is not None:
-            with contextlib.suppress(aiomqtt.MqttError, asyncio.TimeoutError):
-                await client.publish(
+        session = self._session
+        if session is not None and self.connected.is_set():
+            with contextlib.suppress(LinkError):
+                await session.publish_acked(
                     self._presence_topic,
-                    self._seal(self._presence_topic, False, self.conn),
-                    qos=1, retain=True, timeout=2,
-                )
+                    self._seal(self._presence_topic, False, self.conn), within=2)
+            session.close()
 
 
 def _check_granted(topic: str, granted: tuple[int, ...] | list[ReasonCode]) -> None:
@@ -224,8 +432,32 @@ def _check_granted(topic: str, granted: tuple[int, ...] | list[ReasonCode]) -> N
     (the next broker is tried), never as a success."""
     codes = [g if isinstance(g, int) else g.value for g in granted]
     if any(c >= 0x80 for c in codes):
-        raise aiomqtt.MqttError(f"subscription to {topic} refused (SUBACK 0x{max(codes):02x}): "
+        raise LinkError(f"subscription to {topic} refused (SUBACK 0x{max(codes):02x}): "
                                 "check the broker's ACL (syncd check-config --broker)")
+
+
+def _unread(sock: Any) -> int:
+    """Bytes received and not read yet (FIONREAD)."""
+    buf = array.array("i", [0])
+    try:
+        fcntl.ioctl(sock.fileno(), termios.FIONREAD, buf)
+    except (OSError, ValueError):
+        return 0
+    return buf[0]
+
+
+def _nothing() -> int:
+    return 0
+
+
+def _close(sock: Any) -> None:
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.close()
+
+
+def _reason(e: BaseException) -> str:
+    return str(e) or type(e).__name__  # "[Errno 111] Connection refused", as operators grep
 
 
 def _refused_credentials(reason: str) -> bool:

@@ -59,6 +59,12 @@ def families(status: Status) -> list[Metric]:
     switches = CounterMetricFamily("syncd_broker_switches",
                                    "connections made to another broker than the one before")
     switches.add_metric([], status.get("broker_switches", 0))
+    queued = GaugeMetricFamily("syncd_queued_bytes",
+                               "published bytes the broker has not acknowledged yet")
+    queued.add_metric([], status.get("queued_bytes", 0))
+    dropped = CounterMetricFamily("syncd_publishes_dropped",
+                                  "publishes dropped over [mqtt] max_queued_bytes")
+    dropped.add_metric([], status.get("publishes_dropped", 0))
     rejected = CounterMetricFamily("syncd_rejected_frames", "malformed or unauthenticated frames")
     rejected.add_metric([], status["rejected_frames"])
     online = GaugeMetricFamily("syncd_peer_online", "1 while a peer is online", labels=["peer"])
@@ -115,9 +121,9 @@ def families(status: Status) -> list[Metric]:
     build = GaugeMetricFamily("syncd_build_info", "always 1; the labels say what runs",
                               labels=["version", "python"])
     build.add_metric([__version__, platform.python_version()], 1)
-    return [build, connected, reconnects, info, switches, rejected, online, by_state, diverged,
-            unreplicated, size, ready, behind, lag, lag_s, requests, *counters.values(),
-            *traffic(status.get("telemetry", {}))]
+    return [build, connected, reconnects, info, switches, queued, dropped, rejected, online,
+            by_state, diverged, unreplicated, size, ready, behind, lag, lag_s, requests,
+            *counters.values(), *traffic(status.get("telemetry", {}))]
 
 
 def traffic(t: Mapping[str, Any]) -> list[Metric]:

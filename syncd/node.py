@@ -120,7 +120,7 @@ class Node:
         self._guard = ReplayGuard()
         self.link = Link(config, self._on_message, self._on_connected, self.seal_presence)
         self._outbox = Outbox(self._publish_batch, config.chunk_bytes)
-        self._watcher = Watcher(config.roots.watch_dirs(), self._on_hint)
+        self._watcher = Watcher(config.roots.watch_dirs(), self._on_hint, self._on_overflow)
         self._stop = asyncio.Event()
         self._durable_hooks: list[Callable[[str, str, int], None]] = []
         self.started = time.time()
@@ -186,6 +186,9 @@ class Node:
         self.telemetry.durable(key, file, size, time.time(), time.monotonic())
         for hook in self._durable_hooks:
             hook(key, file, size)
+
+    def flush(self) -> None:
+        self._outbox.flush()
 
     def on_durable(self, hook: Callable[[str, str, int], None]) -> None:
         """Call `hook(key, file, size)` each time bytes become durable here (tests, bench)."""
@@ -447,6 +450,12 @@ class Node:
             self._hint_below(root.path.joinpath(*parts), gone)
         self._discover_soon()
 
+    def _on_overflow(self) -> None:
+        """The kernel dropped events: look at everything, as a sweep would, now."""
+        self._discover_soon()
+        for r in self.replicas.values():
+            r.hint_local()
+
     def _hint_below(self, folder: Path, gone: bool) -> None:
         """A directory moved or deleted: look again at every replica below it."""
         for r in self.replicas.values():
@@ -457,6 +466,8 @@ class Node:
         # The safety net under the watcher: inotify can merge or drop events.
         while True:
             await asyncio.sleep(self.config.sweep_interval)
+            if self.config.watch:
+                self._watcher.rewatch()
             self._discover()
             for r in list(self.replicas.values()):
                 r.sweep()
@@ -604,6 +615,8 @@ class Node:
             "broker_switches": self.link.switches,
             "connected": self.link.connected.is_set(),
             "connected_since": self.connected_since(),
+            "queued_bytes": self.link.queued,  # published, not yet acknowledged by the broker
+            "publishes_dropped": self.link.dropped,  # over [mqtt] max_queued_bytes
             "peers": {n: {"online": o, "since": self.presence_since.get(n)}
                       for n, o in sorted(self.presence.items())},
             "ready_count": {"yes": ready, "no": len(files) - ready},

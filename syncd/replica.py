@@ -18,7 +18,7 @@ from collections import deque
 from pathlib import Path
 from typing import Protocol
 
-from syncd import frames, logs, store
+from syncd import frames, groupsync, logs, store
 from syncd.archive import archive_copy
 from syncd.errors import ConcurrentWrite, FileReplaced
 from syncd.events import (
@@ -77,18 +77,6 @@ log = logging.getLogger("syncd.replica")
 LOOK, DRAINED, SYNCED, TICK = Look(), Drained(), Synced(), Tick()
 
 INLINE_SYNC_BYTES = 64 * 1024  # below this, a lone busy file syncs on the loop
-# An inline fdatasync stalls the whole loop (the MQTT reader included) while it waits on the
-# disk: worth it only where syncs are fast (~0.1 ms). Past INLINE_SYNC_NS on average (a slow
-# disk: 4 ms measured on the reference machine's /tmp), every sync goes to a thread.
-INLINE_SYNC_NS = 1_000_000
-_inline_sync_ns = 0  # moving average (weight 1/8) of this process's inline syncs
-
-
-def _note_inline_sync(ns: int) -> None:
-    global _inline_sync_ns
-    _inline_sync_ns += (ns - _inline_sync_ns) // 8
-
-LOCAL_TURNS = 3  # loop turns before an inline sync of the writer's bytes (see Replica._sync)
 
 
 class Host(Protocol):
@@ -109,6 +97,9 @@ class Host(Protocol):
              to: str = "", retain: bool = False) -> None: ...
 
     def durable(self, key: str, file: str, size: int) -> None: ...
+
+    def flush(self) -> None:
+        """Send every item queued so far now, not at the end of this loop turn."""
 
     def offline_since(self, node: str) -> float | None: ...
 
@@ -355,28 +346,21 @@ class Replica:
         return Appended(e.peer, e.data, st)
 
     async def _sync(self, local: bool) -> Event:
-        """fdatasync: inline when this is the only busy file and the batch is small (a thread
-        hop costs more than the sync: ~0.2 ms of CPU, twice what the fdatasync itself costs),
-        else grouped in a worker thread, so that many busy files sync together.
+        """fdatasync: inline when this is the only busy file, the batch is small and the disk
+        is fast (a thread hop costs more CPU than such a sync), else grouped in a worker
+        thread, so that many busy files sync together.
 
-        Before an inline sync of the writer's bytes, the loop turns a few times (LOCAL_TURNS)
-        so that the frames just queued leave first: the MQTT client registers its socket
-        writer from a callback scheduled after us, and the select of the turn after that
-        schedules the write, again after us. A frame that misses them waits for the sync
-        (~0.3 ms), nothing worse."""
+        Before an inline sync, the frames queued so far are sent (the link writes them to the
+        socket at once): the peers need not wait for our disk."""
         # Local bytes: only a batch just shipped is known to be small (a sync after a rehash
         # may flush a whole file the writer wrote while we were away).
         small = (0 < self._shipped <= INLINE_SYNC_BYTES if local
                  else self.machine.unsynced <= INLINE_SYNC_BYTES)
         self._shipped = 0
         try:
-            if small and self.host.busy <= 1 and _inline_sync_ns < INLINE_SYNC_NS:
-                if local:
-                    for _ in range(LOCAL_TURNS):
-                        await asyncio.sleep(0)
-                started = time.monotonic_ns()
-                store.sync(self.path)
-                _note_inline_sync(time.monotonic_ns() - started)
+            if small and self.host.busy <= 1 and groupsync.disk_is_fast():
+                self.host.flush()
+                groupsync.timed_sync(self.path)
             else:
                 await self.host.syncer.sync(self.path)
         except OSError as err:
