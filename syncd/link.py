@@ -83,7 +83,10 @@ class Session:
         self._misc: asyncio.TimerHandle | None = None
         c = paho.Client(CallbackAPIVersion.VERSION2, client_id=config.client_id,
                         protocol=paho.MQTTv311, clean_session=True, reconnect_on_failure=False)
-        c.enable_logger(logging.getLogger("syncd.mqtt"))
+        mqtt_log = logging.getLogger("syncd.mqtt")
+        if mqtt_log.isEnabledFor(logging.DEBUG):
+            # paho logs every packet; its failures reach us as return codes and callbacks.
+            c.enable_logger(mqtt_log)
         if m.username is not None:
             c.username_pw_set(m.username, config.password())
         context = tls.client_context(m)
@@ -289,6 +292,9 @@ class Link:
         self._last_broker: Broker | None = None  # the broker of the last connection made
         self._presence_topic = frames.presence_topic(m.topic_prefix, config.node)
         self._dropped = 0  # publishes dropped on a full outgoing queue, ended sessions
+        # Messages read while the connection is being set up (retained positions arrive as
+        # soon as we subscribe): handled once it is up, when what they make us send can go.
+        self._held: list[tuple[str, bytes]] | None = None
 
     @property
     def broker(self) -> str:
@@ -321,6 +327,7 @@ class Link:
             # connection's online presence, and nothing later (freshness.py).
             will = (self._presence_topic, self._seal(self._presence_topic, False, conn))
             session = Session(self._config, broker, will, self._handle, m.max_queued_bytes)
+            self._held = []
             try:
                 await session.open()
                 self._session = session
@@ -334,6 +341,9 @@ class Link:
                 attempts = 0
                 self.connected.set()
                 await self._on_connected()
+                held, self._held = self._held or [], None
+                for topic, payload in held:
+                    self._handle(topic, payload)
                 why = await asyncio.shield(session.closed)  # a cancel must not cancel it
                 raise LinkError(why)
             except LinkError as e:
@@ -350,6 +360,7 @@ class Link:
 
     def _ended(self, session: Session) -> None:
         self.connected.clear()
+        self._held = None
         if self._session is session:
             self._session = None
             self._dropped += session.dropped
@@ -397,6 +408,9 @@ class Link:
                         len(self._rotation.brokers), ", ".join(self.brokers))
 
     def _handle(self, topic: str, payload: bytes) -> None:
+        if self._held is not None:
+            self._held.append((topic, payload))
+            return
         try:
             self._on_message(topic, payload)
         except Exception:

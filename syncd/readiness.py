@@ -76,28 +76,30 @@ class IncrementalVerifier:
         self._report = self._last = None
         self._saved_size = -1
 
-    def follow(self, target: Callable[[], int]) -> None:
+    def follow(self, target: Callable[[], int],
+               paused: Callable[[], bool] = lambda: False) -> None:
         """Catch up to target() in the background: one catch-up at a time, and at most one
-        start per FOLLOW_INTERVAL, so that a busy file is read in few large steps."""
+        start per FOLLOW_INTERVAL, so that a busy file is read in few large steps. A catch-up
+        stops early once `paused()` says so (the next follow goes on from there)."""
         if self._task is not None and not self._task.done():
             return
         loop = asyncio.get_running_loop()
         wait = self._followed_at + FOLLOW_INTERVAL - loop.time()
         if wait > 0:
             if self._later is None:
-                self._later = loop.call_later(wait, self._follow_later, target)
+                self._later = loop.call_later(wait, self._follow_later, target, paused)
             return
         self._followed_at = loop.time()
-        self._task = loop.create_task(self._catch_up(target))
+        self._task = loop.create_task(self._catch_up(target, paused))
 
-    def _follow_later(self, target: Callable[[], int]) -> None:
+    def _follow_later(self, target: Callable[[], int], paused: Callable[[], bool]) -> None:
         self._later = None
-        self.follow(target)
+        self.follow(target, paused)
 
-    async def _catch_up(self, target: Callable[[], int]) -> None:
+    async def _catch_up(self, target: Callable[[], int], paused: Callable[[], bool]) -> None:
         generation = self._generation
         checker = self.checker
-        while (end := target()) > self.size:
+        while (end := target()) > self.size and not paused():
             start = self.size
             data = await asyncio.to_thread(store.read_range, self.path, start,
                                            min(end, start + STEP))
@@ -109,6 +111,8 @@ class IncrementalVerifier:
             for at in range(0, len(data), SLICE):
                 if generation != self._generation:
                     return  # restarted meanwhile; the new history gets its own catch-up
+                if paused():
+                    break
                 piece = data[at : at + SLICE]
                 checker.feed(piece)
                 self.size += len(piece)

@@ -424,7 +424,7 @@ class Replica:
         # Not while catching up: the log checks would compete with the fetch for the GIL, and
         # a copy that is behind is not ready anyway. The sweep resumes them.
         if self.machine.fetch is None:
-            self.verifier.follow(lambda: self.machine.held)
+            self.verifier.follow(lambda: self.machine.held, lambda: self.machine.fetch is not None)
 
     # --- operator ------------------------------------------------------------------------------
 
