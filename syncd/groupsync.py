@@ -18,7 +18,10 @@ import contextlib
 import ctypes
 import ctypes.util
 import os
+import queue
+import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from syncd import store
@@ -69,41 +72,63 @@ def sync_many(paths: list[Path]) -> None:
 
 
 class GroupSync:
+    """Syncs run in one worker thread of ours; those asked for while one runs go together
+    next. (A plain executor hop per sync cost a Future chain, a context copy and a pool
+    lookup each: ~8 % of a standby's CPU at 500 writes/s.)"""
+
     def __init__(self) -> None:
         self._waiting: dict[Path, list[asyncio.Future[None]]] = {}
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._running = False  # a batch is in the worker
+        self._requests: queue.SimpleQueue[Batch | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
 
     async def sync(self, path: Path) -> None:
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="groupsync")
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
         self._waiting.setdefault(path, []).append(done)
-        self._wake.set()
+        if not self._running:
+            self._submit(loop)
         await done
 
-    async def _run(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            batch, self._waiting = self._waiting, {}
-            if not batch:
-                continue
+    def _submit(self, loop: asyncio.AbstractEventLoop) -> None:
+        batch, self._waiting = self._waiting, {}
+        self._running = True
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._work, name="groupsync", daemon=True)
+            self._thread.start()
+        self._requests.put(Batch(loop, batch))
+
+    def _work(self) -> None:
+        while (b := self._requests.get()) is not None:
+            error: OSError | None = None
             try:
-                await asyncio.to_thread(sync_many, list(batch))
+                sync_many(list(b.files))
             except OSError as e:
-                for futures in batch.values():
-                    for f in futures:
-                        if not f.done():
-                            f.set_exception(e)
-                continue
-            for futures in batch.values():
-                for f in futures:
-                    if not f.done():
-                        f.set_result(None)
+                error = e
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                b.loop.call_soon_threadsafe(self._finished, b, error)
+
+    def _finished(self, b: Batch, error: OSError | None) -> None:
+        self._running = False
+        for futures in b.files.values():
+            for f in futures:
+                if f.done():
+                    continue
+                if error is not None:
+                    f.set_exception(error)
+                else:
+                    f.set_result(None)
+        if self._waiting:
+            self._submit(b.loop)
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            self._requests.put(None)
+            await asyncio.to_thread(thread.join, 5)
+
+
+@dataclass
+class Batch:
+    loop: asyncio.AbstractEventLoop
+    files: dict[Path, list[asyncio.Future[None]]]

@@ -12,7 +12,8 @@ Contract (what happens when the broker goes away):
   re-announced on every connect, and missing bytes are requested again (anti-entropy).
 - Sessions are clean: the broker keeps nothing for us between connections, so nothing stale
   is replayed and a broker restart without persistence loses nothing we need.
-- QoS 1 everywhere; the will marks this node offline when the connection dies uncleanly.
+- QoS 1, but for live batches (node.py says why); the will marks this node offline when the
+  connection dies uncleanly.
 
 It drives paho-mqtt's client from the event loop itself (`Session`): the socket's reader and
 writer callbacks call paho's loop_read/loop_write, a publish is written to the socket at once,
@@ -152,12 +153,12 @@ class Session:
         self._pump()
         await self._wait(done, within, f"no PUBACK for {topic}")
 
-    def publish(self, topic: str, payload: bytes, retain: bool) -> bool:
+    def publish(self, topic: str, payload: bytes, retain: bool, qos: int) -> bool:
         size = len(payload)
         if self.queued + size > self._max_queued and self.queued:
             self.dropped += 1
             return False
-        info = self._client.publish(topic, payload, qos=1, retain=retain)
+        info = self._client.publish(topic, payload, qos=qos, retain=retain)
         if info.rc != MQTTErrorCode.MQTT_ERR_SUCCESS:
             log.debug("publish to %s dropped: %s", topic, paho.error_string(info.rc))
             return False
@@ -417,8 +418,8 @@ class Link:
             # One bad message must not take the link down.
             log.exception("error handling message on %s", topic)
 
-    def publish(self, topic: str, payload: bytes, retain: bool = False) -> bool:
-        """Hand a QoS 1 publish to the connection, in call order, without waiting for it.
+    def publish(self, topic: str, payload: bytes, retain: bool = False, qos: int = 1) -> bool:
+        """Hand a publish to the connection, in call order, without waiting for it.
 
         We never wait for a PUBACK: nothing depends on one message arriving (anti-entropy
         repairs losses). paho keeps QoS 1 in order and queues past its in-flight window; the
@@ -428,7 +429,7 @@ class Link:
         session = self._session
         if session is None or not self.connected.is_set():
             return False
-        return session.publish(topic, payload, retain)
+        return session.publish(topic, payload, retain, qos)
 
     async def close(self) -> None:
         """Say goodbye cleanly (presence offline, retained) if connected."""

@@ -147,7 +147,9 @@ class Node:
             self._outbox.add(frames.to_topic(self._prefix, to, self.node), to, item)
 
     def _publish_batch(self, topic: str, to: str, items: tuple[frames.Item, ...]) -> None:
-        self.link.publish(topic, self._seal(topic, items, to=to))
+        # Live batches at QoS 0: a lost one is a gap the next batch or position reveals (and
+        # fetched again), and QoS 1 costs a PUBACK each way per write (README, Topics).
+        self.link.publish(topic, self._seal(topic, items, to=to), qos=1 if to else 0)
 
     def _seal(self, topic: str, items: tuple[frames.Item, ...], to: str = "",
               conn: int | None = None) -> bytes:
