@@ -98,6 +98,7 @@ class Node:
         self.syncer = GroupSync()
         self.records = RecordStore(config.state_dir)
         self.replicas: dict[tuple[str, str], Replica] = {}
+        self._by_path: dict[str, Replica] = {}  # str(replica.path) -> replica, for hints
         self.presence: dict[str, bool] = {}
         # node -> wall time its presence last changed as heard here (first heard, at start):
         # readiness says how long a peer has been offline.
@@ -325,6 +326,7 @@ class Node:
             if not config.wants_key(key) or file not in config.files_of(key):
                 await r.stop()
                 del self.replicas[(key, file)]
+                self._by_path.pop(str(r.path), None)
                 log.info("reload: %s is no longer replicated", r.name)
             else:
                 r.machine.tuning = self.tuning()
@@ -369,6 +371,7 @@ class Node:
             folder = self.config.key_dir(key)
             r = Replica(self, key, file, folder / file)
             self.replicas[(key, file)] = r
+            self._by_path[str(r.path)] = r
             # The replica's task inherits this context: its log lines carry key and file as
             # fields (JSON logs) without every call passing them.
             token = logs.FIELDS.set({"key": key, "file": file})
@@ -428,6 +431,10 @@ class Node:
         self._discover()
 
     def _on_hint(self, path: str, gone: bool = False) -> None:
+        found = self._by_path.get(path) if not gone else None
+        if found is not None:
+            found.hint_local()  # the usual case, a replicated file grew: no path arithmetic
+            return
         roots = self.config.roots
         place = roots.place(Path(path))
         if place is None:
