@@ -94,7 +94,7 @@ _WITH_BODY = {Kind.LIVE, Kind.FILL, Kind.PROBED}
 _CHANNEL_KINDS = {
     Channel.PRESENCE: {Kind.NODE},
     Channel.POSITION: {Kind.POS},
-    Channel.ALL: {Kind.LIVE},
+    Channel.ALL: {Kind.LIVE, Kind.POS},
     Channel.TO: _ADDRESSED,
 }
 

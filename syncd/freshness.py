@@ -41,6 +41,8 @@ class ReplayGuard:
         # (node, batch topic) -> last accepted seq in the node's newest run
         self._seq: dict[tuple[str, str], int] = {}
         self._positions: dict[str, tuple[int, int]] = {}  # position topic -> (epoch, seq)
+        # (node, key, file) -> (epoch, seq) of the newest position heard, retained or batched
+        self._newest: dict[tuple[str, str, str], tuple[int, int]] = {}
 
     def online(self, node: str) -> bool | None:
         last = self._presence.get(node)
@@ -66,6 +68,16 @@ class ReplayGuard:
             return Verdict("sequence number already seen (replayed or reordered)")
         self._seq[(sender, topic)] = frame.seq
         return Verdict(online=self._proves_online(frame))
+
+    def newest_position(self, sender: str, key: str, file: str, epoch: int, seq: int) -> bool:
+        """A position travels twice (batched at once, retained later and paced): whether this
+        one is newer than every other heard of that file from that sender."""
+        where = (sender, key, file)
+        last = self._newest.get(where)
+        if last is not None and (epoch, seq) < last:
+            return False
+        self._newest[where] = (epoch, seq)
+        return True
 
     def _new_run(self, sender: str, epoch: int) -> None:
         self._epoch[sender] = epoch

@@ -48,6 +48,7 @@ from syncd.names import printable
 from syncd.outbox import Outbox
 from syncd.persist import RecordStore
 from syncd.replica import Replica
+from syncd.retained import RetainPacer
 from syncd.roots import MAX_DEPTH, KeyPathError
 from syncd.scrub import scrub_forever
 from syncd.telemetry import Telemetry
@@ -121,6 +122,8 @@ class Node:
         self._guard = ReplayGuard()
         self.link = Link(config, self._on_message, self._on_connected, self.seal_presence)
         self._outbox = Outbox(self._publish_batch, config.chunk_bytes)
+        self._retain = RetainPacer()
+        self._retain_timer: asyncio.TimerHandle | None = None
         self._watcher = Watcher(config.roots.watch_dirs(), self._on_hint, self._on_overflow)
         self._stop = asyncio.Event()
         self._durable_hooks: list[Callable[[str, str, int], None]] = []
@@ -138,14 +141,43 @@ class Node:
         item = frames.Item(kind, payload, key, file)
         self.telemetry.count("sent", kind.value, item.size)
         if kind is Kind.POS:
-            self._outbox.flush()  # keep order: bytes announced are sent before the position
-            topic = frames.position_topic(self._prefix, self.node, key, file)
-            self.link.publish(topic, self._seal(topic, (item,)), retain=True)
+            # At once to those online, batched; retained for later hosts, paced (retained.py).
+            self._outbox.add(frames.all_topic(self._prefix, self.node), "", item)
+            assert isinstance(payload, frames.Announce)
+            if self._retain.offer((key, file), payload, time.monotonic()):
+                self._publish_retained(key, file, item)
+            else:
+                self._retain_later()
             return
         if kind is Kind.LIVE:
             self._outbox.add(frames.all_topic(self._prefix, self.node), "", item)
         else:
             self._outbox.add(frames.to_topic(self._prefix, to, self.node), to, item)
+
+    def _publish_retained(self, key: str, file: str, item: frames.Item) -> None:
+        self._outbox.flush()  # keep order: bytes announced are sent before the position
+        topic = frames.position_topic(self._prefix, self.node, key, file)
+        self.link.publish(topic, self._seal(topic, (item,)), retain=True)
+
+    def _retain_later(self) -> None:
+        due = self._retain.next_due()
+        if due is None or (self._retain_timer is not None
+                           and self._retain_timer.when() <= due + 0.01):
+            return
+        if self._retain_timer is not None:
+            self._retain_timer.cancel()
+        loop = asyncio.get_running_loop()
+        self._retain_timer = loop.call_at(loop.time() + max(0.0, due - time.monotonic()),
+                                          self._retain_due)
+
+    def _retain_due(self, everything: bool = False) -> None:
+        if self._retain_timer is not None:
+            self._retain_timer.cancel()
+        self._retain_timer = None
+        now = time.monotonic()
+        for (key, file), ann in self._retain.due(now, everything):
+            self._publish_retained(key, file, frames.Item(Kind.POS, ann, key, file))
+        self._retain_later()
 
     def _publish_batch(self, topic: str, to: str, items: tuple[frames.Item, ...]) -> None:
         # Live batches at QoS 0: a lost one is a gap the next batch or position reveals (and
@@ -485,6 +517,7 @@ class Node:
 
     async def _on_connected(self) -> None:
         self._connected_at = time.time()
+        self._retain.forget()  # the broker may have lost them: every file's next goes at once
         for r in self.replicas.values():
             r.reconnected()
 
@@ -526,6 +559,9 @@ class Node:
         event = _event(item.kind, sender, item.payload)
         if event is None:
             return
+        if item.kind is Kind.POS and not self._guard.newest_position(
+                sender, item.key, item.file, frame.epoch, frame.seq):
+            return  # a retained copy older than a batched one already heard: not news
         if item.kind in _CLAIMS and not self.config.may_write(item.key, sender):
             # The key's `writers` do not include the sender: its positions (which would make
             # us fetch from it) do not count here, and bytes it sends are refused.
@@ -573,6 +609,8 @@ class Node:
         self.presence_since[node] = time.time()
         log.info("peer %s is %s", node, "online" if online else "offline",
                  extra={"peer": node})
+        if online:
+            self._retain_due(everything=True)  # it has just read our retained positions
         for each in self.replicas.values():
             each.deliver(PeerOnline(node, online))
 

@@ -62,3 +62,11 @@ def test_positions_only_move_forward() -> None:
     assert g.check(Channel.POSITION, "p1", batch(5, 2)).reason is not None
     assert g.check(Channel.POSITION, "p1", batch(4, 99)).reason is not None
     assert g.check(Channel.POSITION, "p2", batch(4, 99)).reason is None
+
+
+def test_a_position_heard_batched_is_not_undone_by_an_older_retained_copy() -> None:
+    g = ReplayGuard()
+    assert g.newest_position("a", "k", "events.jsonl", 7, 100)  # batched, at once
+    assert not g.newest_position("a", "k", "events.jsonl", 7, 90)  # retained, sealed earlier
+    assert g.newest_position("a", "k", "other.jsonl", 7, 90)  # another file: its own order
+    assert g.newest_position("a", "k", "events.jsonl", 8, 1)  # a new run of the sender
