@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import ctypes
 import ctypes.util
+import logging
 import os
 import queue
 import threading
@@ -29,6 +30,10 @@ from syncd import store
 _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 _syncfs = getattr(_libc, "syncfs", None)
 
+
+log = logging.getLogger("syncd.groupsync")
+
+SLOW_SYNC = 0.5  # seconds: a group commit this slow is worth a warning
 
 # Past this on average a sync goes to the thread: worth it on the loop only where syncs are
 # fast (~0.1-0.3 ms); a slow disk (4 ms measured on a busy /tmp) would stall the loop.
@@ -81,6 +86,7 @@ class GroupSync:
         self._running = False  # a batch is in the worker
         self._requests: queue.SimpleQueue[Batch | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
+        self._slow_logged = -60.0
 
     async def sync(self, path: Path) -> None:
         loop = asyncio.get_running_loop()
@@ -101,10 +107,17 @@ class GroupSync:
     def _work(self) -> None:
         while (b := self._requests.get()) is not None:
             error: OSError | None = None
+            started = time.monotonic()
             try:
                 sync_many(list(b.files))
             except OSError as e:
                 error = e
+            took = time.monotonic() - started
+            if took > SLOW_SYNC and started >= self._slow_logged + 60:
+                self._slow_logged = started
+                log.warning("making %d file(s) durable took %.2f s: the disk is slow or busy "
+                            "(replication waits for it; logged at most once a minute)",
+                            len(b.files), took)
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
                 b.loop.call_soon_threadsafe(self._finished, b, error)
 
