@@ -173,3 +173,20 @@ async def test_an_overflowed_queue_asks_for_a_look_at_everything(tmp_path: Path)
     finally:
         w.stop()
 
+
+
+@in_loop
+async def test_a_root_made_after_start_is_watched_from_the_next_sweep(tmp_path: Path) -> None:
+    if not inotify.available():
+        pytest.skip("inotify only")
+    root = tmp_path / "runtimes"
+    w, hints = await watching(root, "inotify")  # missing: nothing to watch yet
+    try:
+        assert w.watched == 0
+        (root / "k").mkdir(parents=True)
+        w.rewatch()
+        log = root / "k" / "events.jsonl"
+        log.write_bytes(b"{}\n")
+        await hints.wait_for(log, gone=False)
+    finally:
+        w.stop()
