@@ -32,6 +32,7 @@ STEP = 4 << 20
 SLICE = 16 << 10
 SPREAD = 0.002  # seconds between two slices of a live file's new bytes
 BACKLOG = 1 << 20
+INLINE_READ = 256 << 10  # bytes read on the loop at most (page cache); more: in a thread
 SAVE_INTERVAL = 30.0
 FOLLOW_INTERVAL = 1.0  # seconds between two catch-ups of one file
 
@@ -101,8 +102,13 @@ class IncrementalVerifier:
         checker = self.checker
         while (end := target()) > self.size and not paused():
             start = self.size
-            data = await asyncio.to_thread(store.read_range, self.path, start,
-                                           min(end, start + STEP))
+            stop = min(end, start + STEP)
+            # A live file's few new bytes are in the page cache: reading them here costs less
+            # than the hop to a thread; a backlog is read in a thread, a STEP at a time.
+            if stop - start <= INLINE_READ:
+                data = store.read_range(self.path, start, stop)
+            else:
+                data = await asyncio.to_thread(store.read_range, self.path, start, stop)
             if not data:
                 break
             # Parse on the event loop, a slice at a time, yielding in between: parsed in a
@@ -121,7 +127,11 @@ class IncrementalVerifier:
                 # Keeping up with a live file, spread the slices out (no burst of parsing
                 # for the other processes on the host to wait behind); a backlog goes at once.
                 await asyncio.sleep(SPREAD if end - self.size < BACKLOG else 0)
-        if generation == self._generation and self.size >= target():
+            if self.size >= end and target() - self.size < BACKLOG:
+                # Keeping up with a live file: what it got meanwhile waits for the next
+                # follow (at most FOLLOW_INTERVAL away), not for another read right now.
+                break
+        if generation == self._generation and self.size >= end:
             self.caught_up_at = time.time()
         self.save()
 
