@@ -57,6 +57,7 @@ log = logging.getLogger("syncd.node")
 
 SOCKET_NAME = "syncd.sock"
 ADOPT_STALL_SECONDS = 60
+FULL_SWEEP = 10  # every how many sweeps the machines' deadlines are checked as well
 REFUSED_SHOWN = 100  # keys refused (a peer's may be many): status and log name this many
 
 
@@ -322,7 +323,7 @@ class Node:
                 del self.replicas[(key, file)]
                 log.info("reload: %s is no longer replicated", r.name)
             else:
-                r.machine.tuning = self.tuning()
+                r.retune(self.tuning())
                 if r.machine.role != config.role_of(key):
                     log.info("reload: %s role %s -> %s", r.name, r.machine.role,
                              config.role_of(key))
@@ -454,12 +455,15 @@ class Node:
                 r.hint_local(replaced=gone)
 
     async def _sweep_forever(self) -> None:
-        # The safety net under the watcher: inotify can merge or drop events.
-        while True:
+        # The safety net under the watcher: inotify can merge or drop events. Every file is
+        # stat'ed on each sweep; its machine's deadline is checked on every FULL_SWEEP-th one
+        # only (each replica's own timer is what ticks it, see Replica.sweep).
+        for n in itertools.count(1):
             await asyncio.sleep(self.config.sweep_interval)
             self._discover()
+            full = n % FULL_SWEEP == 0
             for r in list(self.replicas.values()):
-                r.sweep()
+                r.sweep(full)
 
     # --- the link ---------------------------------------------------------------------------
 
