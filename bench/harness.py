@@ -385,9 +385,10 @@ def broker_publishes(port: int, timeout: float = 5.0) -> dict[str, int]:
     """PUBLISH messages Mosquitto received from and sent to clients so far ($SYS, retained,
     refreshed every sys_interval); {} when they cannot be read within `timeout`."""
     import paho.mqtt.client as mqtt
+    from paho.mqtt.enums import CallbackAPIVersion
 
     got: dict[str, int] = {}
-    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2)
+    client = mqtt.Client(CallbackAPIVersion.VERSION2)
 
     def on_message(_c: Any, _u: Any, msg: Any) -> None:
         name = _SYS_TOPICS.get(msg.topic)
