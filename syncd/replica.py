@@ -213,6 +213,11 @@ class Replica:
             if due is not None and due <= asyncio.get_running_loop().time():
                 self.deliver(TICK)
 
+    @property
+    def running(self) -> bool:
+        """Started and not stopped (a reload may stop a replica the sweep still lists)."""
+        return self._task is not None
+
     def retune(self, tuning: Tuning) -> None:
         """New timings (a reload): the machine's deadline may have moved earlier."""
         self.machine.tuning = tuning
