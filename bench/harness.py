@@ -8,15 +8,17 @@ become durable (SYNCD_TRACE_FILE); for lsyncd, bench/watch_target.py writes them
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -338,3 +340,84 @@ def top_inclusive_frames(raw: Path, contains: str = "syncd/", n: int = 10
                 counts[frame] = counts.get(frame, 0) + c
     ranked = sorted(counts.items(), key=lambda kv: -kv[1])[:n]
     return [(frame, 100 * c / total) for frame, c in ranked]
+
+
+# --- counters the daemons and the broker expose ---------------------------------------------
+
+def metrics_extra(port: int) -> str:
+    """Config lines that make a daemon serve /metrics on 127.0.0.1:`port` (Daemon `extra`)."""
+    return f'[metrics]\nlisten = "127.0.0.1:{port}"\n'
+
+
+def scrape_items(port: int, timeout: float = 5.0) -> dict[tuple[str, str], float]:
+    """(direction, kind) -> items counted by the daemon's `syncd_frames` counter (one per
+    batched item: a live write, a position...), from its /metrics; {} when it does not answer."""
+    import re
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout) as r:
+            text = r.read().decode()
+    except OSError:
+        return {}
+    out: dict[tuple[str, str], float] = {}
+    pattern = re.compile(r'^syncd_frames_total\{(?P<labels>[^}]*)\} (?P<v>\S+)$')
+    for line in text.splitlines():
+        m = pattern.match(line)
+        if m is None:
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m["labels"]))
+        out[labels.get("direction", ""), labels.get("kind", "")] = float(m["v"])
+    return out
+
+
+def item_deltas(before: dict[tuple[str, str], float], after: dict[tuple[str, str], float]
+                ) -> dict[tuple[str, str], float]:
+    return {k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0)}
+
+
+BROKER_SYS = "sys_interval 1\n"  # $SYS counters published every second (Broker `extra`)
+_SYS_TOPICS = {"$SYS/broker/publish/messages/received": "received",
+               "$SYS/broker/publish/messages/sent": "sent"}
+
+
+def broker_publishes(port: int, timeout: float = 5.0) -> dict[str, int]:
+    """PUBLISH messages Mosquitto received from and sent to clients so far ($SYS, retained,
+    refreshed every sys_interval); {} when they cannot be read within `timeout`."""
+    import paho.mqtt.client as mqtt
+    from paho.mqtt.enums import CallbackAPIVersion
+
+    got: dict[str, int] = {}
+    client = mqtt.Client(CallbackAPIVersion.VERSION2)
+
+    def on_message(_c: Any, _u: Any, msg: Any) -> None:
+        name = _SYS_TOPICS.get(msg.topic)
+        if name is not None:
+            with contextlib.suppress(ValueError):
+                got[name] = int(msg.payload)
+
+    client.on_message = on_message
+    client.on_connect = lambda c, *_: c.subscribe([(t, 0) for t in _SYS_TOPICS])
+    try:
+        client.connect("127.0.0.1", port, 10)
+    except OSError:
+        return {}
+    client.loop_start()
+    deadline = time.monotonic() + timeout
+    while len(got) < len(_SYS_TOPICS) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    client.loop_stop()
+    client.disconnect()
+    return got if len(got) == len(_SYS_TOPICS) else {}
+
+
+def wait_bounded(predicate: Callable[[], bool], timeout: float, interval: float = 0.1) -> bool:
+    """Poll until `predicate()` is true; False (no exception) once `timeout` s have passed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with contextlib.suppress(Exception):
+            if predicate():
+                return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(interval)

@@ -58,6 +58,8 @@ log = logging.getLogger("syncd.node")
 
 SOCKET_NAME = "syncd.sock"
 ADOPT_STALL_SECONDS = 60
+FULL_SWEEP = 10  # every how many rounds of the sweep the machines' deadlines are checked too
+SWEEP_FILES = 250  # files stat'ed per sweep while the watcher is on (see _sweep_forever)
 REFUSED_SHOWN = 100  # keys refused (a peer's may be many): status and log name this many
 
 
@@ -361,7 +363,7 @@ class Node:
                 self._by_path.pop(str(r.path), None)
                 log.info("reload: %s is no longer replicated", r.name)
             else:
-                r.machine.tuning = self.tuning()
+                r.retune(self.tuning())
                 if r.machine.role != config.role_of(key):
                     log.info("reload: %s role %s -> %s", r.name, r.machine.role,
                              config.role_of(key))
@@ -504,14 +506,38 @@ class Node:
                 r.hint_local(replaced=gone)
 
     async def _sweep_forever(self) -> None:
-        # The safety net under the watcher: inotify can merge or drop events.
+        """The safety net under the watcher: inotify can merge or drop events.
+
+        Discovery looks at every directory above the instances on each sweep (one stat each,
+        see discovery.py). Files: with `watch = false` the sweep is all there is, and every
+        file is stat'ed on each sweep; with the watcher on, each sweep stats the next
+        SWEEP_FILES files only, so that thousands of idle files cost a bounded amount of CPU
+        (a change the watcher missed is found within ceil(files / SWEEP_FILES) sweeps). Each
+        machine's deadline is checked on every FULL_SWEEP-th round only: the replica's own
+        timer is what ticks it (see Replica.sweep)."""
+        # The list of a round is made once per round: even listing a thousand idle replicas
+        # every second showed in an idle daemon's profile (cold objects, a cache miss each).
+        replicas: list[Replica] = []
+        cursor, rounds = 0, 0
         while True:
             await asyncio.sleep(self.config.sweep_interval)
             if self.config.watch:
                 self._watcher.rewatch()
             self._discover()
-            for r in list(self.replicas.values()):
-                r.sweep()
+            if cursor == 0:
+                replicas = list(self.replicas.values())
+            if not self.config.watch or len(replicas) <= SWEEP_FILES:
+                batch, cursor = replicas, len(replicas)
+            else:
+                batch = replicas[cursor:cursor + SWEEP_FILES]
+                cursor += len(batch)
+            full = rounds % FULL_SWEEP == 0
+            for r in batch:
+                if r.running:
+                    r.sweep(full)
+            if cursor >= len(replicas):
+                cursor = 0
+                rounds += 1
 
     # --- the link ---------------------------------------------------------------------------
 

@@ -84,6 +84,12 @@ class IncrementalVerifier:
         stops early once `paused()` says so (the next follow goes on from there)."""
         if self._task is not None and not self._task.done():
             return
+        if target() <= self.size:
+            # Nothing to read: at most the state to save, and no task for that. (Each idle file
+            # started a catch-up task every sweep, forever: the task's own save() was refused
+            # while it ran, and the sweep's came just after the next one started.)
+            self.save()
+            return
         loop = asyncio.get_running_loop()
         wait = self._followed_at + FOLLOW_INTERVAL - loop.time()
         if wait > 0:
@@ -133,7 +139,7 @@ class IncrementalVerifier:
                 break
         if generation == self._generation and self.size >= end:
             self.caught_up_at = time.time()
-        self.save()
+        self._save(in_task=True)
 
     @property
     def unsaved(self) -> bool:
@@ -146,11 +152,15 @@ class IncrementalVerifier:
         return self._report if self._report is not None else self._last
 
     def save(self, force: bool = False) -> None:
+        self._save(force=force)
+
+    def _save(self, force: bool = False, in_task: bool = False) -> None:
+        """`in_task`: called by the catch-up itself at its end (not a save mid-catch-up)."""
         if self.size == self._saved_size:
             return
         if not force and time.monotonic() - self._saved_at < SAVE_INTERVAL:
             return
-        if self._task is not None and not self._task.done() and not force:
+        if self._task is not None and not self._task.done() and not (force or in_task):
             return
         blob = orjson.dumps({"size": self.size, "checker": self.checker.to_state().decode()})
         tmp = self.state_file.with_name(self.state_file.name + ".tmp")

@@ -6,6 +6,7 @@ claim before and after a restart of either host.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import subprocess
@@ -19,15 +20,18 @@ import pytest
 from syncd.cli.status import ready_report, render
 from syncd.readiness import (
     CHECK_GRACE,
+    FOLLOW_INTERVAL,
     PEERS_SETTLE,
     WRITER_SETTLE,
     Facts,
+    IncrementalVerifier,
     PeerFacts,
     decide,
     when,
 )
 from syncd.verify import LogChecker, Report
 from tests.cluster import Broker, Daemon, wait_until
+from tests.conftest import ishiki_lines
 from tests.test_replication import KEY, append, content, wait_equal, wait_state
 
 FIXTURES = Path(__file__).parent / "fixtures" / "verify"
@@ -458,3 +462,39 @@ def test_failover_drill(broker: Broker, make_daemon: Callable[..., Daemon]) -> N
                "a not ready: b reset")
     done = syncd("status", "--config", str(a.config), "--ready", KEY)
     assert done.returncode == 1 and "b announces its copy reset" in done.stdout
+
+
+def test_an_idle_log_check_starts_no_task_and_is_saved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once caught up, following an unchanged file starts no task (the sweep follows every
+    file every second: a task each was most of an idle daemon's CPU), and the state is saved
+    at the end of the catch-up itself, not left 'unsaved' forever."""
+    log_file = tmp_path / "events.jsonl"
+    log_file.write_bytes(ishiki_lines(5))
+    size = log_file.stat().st_size
+    verifier = IncrementalVerifier(log_file, tmp_path / "state" / "events.jsonl.verify")
+
+    async def scenario() -> int:
+        loop = asyncio.get_running_loop()
+        started = 0
+        real = loop.create_task
+
+        def counting(coro: Any, **kw: Any) -> Any:
+            nonlocal started
+            started += 1
+            return real(coro, **kw)
+
+        monkeypatch.setattr(loop, "create_task", counting)
+        verifier.follow(lambda: size)
+        assert started == 1
+        await asyncio.wait_for(verifier._task, 5)  # type: ignore[arg-type]
+        assert verifier.size == size and not verifier.unsaved
+        for _ in range(5):  # the sweeps of an idle file
+            verifier._followed_at -= FOLLOW_INTERVAL  # as if a second had passed each time
+            verifier.follow(lambda: size)
+            verifier.save()
+        return started
+
+    assert asyncio.run(scenario()) == 1
+    assert json.loads((tmp_path / "state" / "events.jsonl.verify").read_bytes())["size"] == size
