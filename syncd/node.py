@@ -305,6 +305,7 @@ class Node:
                     await t
             for r in self.replicas.values():
                 await r.stop()
+            self.records.flush()  # what the worker had not written yet (files not stopped)
             await self.syncer.close()
             with contextlib.suppress(FileNotFoundError):
                 self.socket_path.unlink()

@@ -425,6 +425,9 @@ class Replica:
             # Frozen before a ledger existed: keep the previous chain file as it is.
             loaded = records.load(self.key, self.file)
             chain = loaded[1] if loaded else []
+        if not e.durable and e.chain is not None:
+            records.save_later(self.key, self.file, e.record, chain)
+            return
         try:
             records.save(self.key, self.file, e.record, chain, durable=e.durable)
         except OSError as err:
