@@ -56,6 +56,8 @@ from syncd.watcher import Watcher
 
 log = logging.getLogger("syncd.node")
 
+POSITION_TICK = 0.05  # seconds routine positions wait to share a frame (Node._batch_position)
+
 SOCKET_NAME = "syncd.sock"
 ADOPT_STALL_SECONDS = 60
 FULL_SWEEP = 10  # every how many rounds of the sweep the machines' deadlines are checked too
@@ -125,6 +127,8 @@ class Node:
         self.link = Link(config, self._on_message, self._on_connected, self.seal_presence)
         self._outbox = Outbox(self._publish_batch, config.chunk_bytes)
         self._retain = RetainPacer()
+        self._held_positions: dict[tuple[str, str], frames.Item] = {}  # routine, not yet sent
+        self._positions_timer: asyncio.TimerHandle | None = None
         self._retain_timer: asyncio.TimerHandle | None = None
         self._watcher = Watcher(config.roots.watch_dirs(), self._on_hint, self._on_overflow)
         self._stop = asyncio.Event()
@@ -143,9 +147,10 @@ class Node:
         item = frames.Item(kind, payload, key, file)
         self.telemetry.count("sent", kind.value, item.size)
         if kind is Kind.POS:
-            # At once to those online, batched; retained for later hosts, paced (retained.py).
-            self._outbox.add(frames.all_topic(self._prefix, self.node), "", item)
+            # To those online in the batch, gathered for POSITION_TICK unless urgent; retained
+            # for later hosts, paced (retained.py).
             assert isinstance(payload, frames.Announce)
+            self._batch_position(key, file, item, payload)
             if self._retain.offer((key, file), payload, time.monotonic()):
                 self._publish_retained(key, file, item)
             else:
@@ -155,6 +160,30 @@ class Node:
             self._outbox.add(frames.all_topic(self._prefix, self.node), "", item)
         else:
             self._outbox.add(frames.to_topic(self._prefix, to, self.node), to, item)
+
+    def _batch_position(self, key: str, file: str, item: frames.Item,
+                        ann: frames.Announce) -> None:
+        """Positions are not on the data path: with many busy files, one frame (and one
+        signature, and one verification on each peer) per POSITION_TICK carries them all,
+        not one per file and write. A freeze, a divergence or an answer to an adopting peer
+        goes at once, and drops the older one held back for that file, which must not follow
+        it (a later frame's position counts as the newer one)."""
+        topic = frames.all_topic(self._prefix, self.node)
+        if ann.frozen or ann.diverged or ann.answers:
+            self._held_positions.pop((key, file), None)
+            self._outbox.add(topic, "", item)
+            return
+        self._held_positions[(key, file)] = item
+        if self._positions_timer is None:
+            self._positions_timer = asyncio.get_running_loop().call_later(
+                POSITION_TICK, self._release_positions)
+
+    def _release_positions(self) -> None:
+        self._positions_timer = None
+        held, self._held_positions = self._held_positions, {}
+        topic = frames.all_topic(self._prefix, self.node)
+        for item in held.values():
+            self._outbox.add(topic, "", item)
 
     def _publish_retained(self, key: str, file: str, item: frames.Item) -> None:
         self._outbox.flush()  # keep order: bytes announced are sent before the position
