@@ -37,13 +37,13 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 
 from syncd import frames
 from syncd.frames import Kind, ResEntry
+from syncd.refs import required
 
 DEFAULT_INCLUDE = ("artifacts/**", "assets/**")
 DEFAULT_EXCLUDE: tuple[str, ...] = ()
@@ -99,39 +99,6 @@ def manifest_digest(entries: Iterable[ResEntry]) -> bytes:
         h.update(f"{e.name}\0{e.size}\0{e.digest.hex()}\0{e.stamp}\0{e.origin}\n".encode(
             "utf-8", "surrogateescape"))
     return h.digest()
-
-
-# --- references from the log -----------------------------------------------------------------
-
-_ASSET = re.compile(rb"asset://([A-Za-z0-9._~-]+)")
-_ARTIFACT = re.compile(r"artifact://([^/\s\"<>]+)/([^\s\"<>]+)")
-
-
-def asset_refs(raw_line: bytes) -> list[str]:
-    """`asset://<id>` wherever it appears in a line (message content holds `<img src=...>`)."""
-    if b"asset://" not in raw_line:
-        return []
-    return ["asset://" + m.group(1).decode("ascii") for m in _ASSET.finditer(raw_line)]
-
-
-def artifact_ref(value: str) -> str | None:
-    """A JSON string value that is an artifact reference (`data.artifact`), else None."""
-    m = _ARTIFACT.fullmatch(value)
-    return value if m is not None else None
-
-
-def required(ref: str) -> tuple[str, ...]:
-    """The files under resources/ a reference needs: the blob and its sidecar (a read of an
-    artifact fails without its sidecar)."""
-    if ref.startswith("artifact://"):
-        base = "artifacts/" + ref[len("artifact://"):]
-    elif ref.startswith("asset://"):
-        base = "assets/" + ref[len("asset://"):]
-    else:
-        return ()
-    if frames.resource_name_problem(base + ".json") is not None:
-        return ()
-    return (base, base + ".json")
 
 
 # --- events --------------------------------------------------------------------------------

@@ -73,10 +73,13 @@ from typing import Any
 
 import orjson
 
-STATE_VERSION = 2
+from syncd.refs import line_refs
+
+STATE_VERSION = 3
 
 # Enough to act on; a file with more bad lines than this is broken as a whole.
 MAX_LISTED = 1000
+MAX_REFS = 200_000  # resource references remembered (readiness checks each one)
 
 TURN_START = "turn.start"
 TURN_TERMINALS = ("turn.done", "turn.failed", "turn.aborted")
@@ -345,6 +348,8 @@ class LogChecker:
         self._anchors: list[_AnchorSite] = []
         self._recorded: list[Problem] = []
         self._recorded_counts: dict[str, int] = {}
+        # resource reference (refs.py) -> [line, offset] where it first appears
+        self._refs: dict[str, list[int]] = {}
 
     # -- feeding ---------------------------------------------------------------------------
 
@@ -380,6 +385,10 @@ class LogChecker:
             else:
                 if type(entry) is dict:
                     self._check_entry(entry, number, offset)
+                    if b"://" in raw:
+                        for ref in line_refs(raw, entry):
+                            if ref not in self._refs and len(self._refs) < MAX_REFS:
+                                self._refs[ref] = [number, offset]
                 else:
                     kind = _json_kind(entry)
                     self._record(
@@ -573,6 +582,11 @@ class LogChecker:
             if not waiting:
                 del self._tool_calls[call_id]
 
+    def references(self) -> dict[str, tuple[int, int]]:
+        """Every resource reference read so far (artifact://, asset://), in the order of
+        first appearance, with the line number and offset of that appearance."""
+        return {ref: (at[0], at[1]) for ref, at in self._refs.items()}
+
     # -- reporting -------------------------------------------------------------------------
 
     def report(self) -> Report:
@@ -707,6 +721,7 @@ class LogChecker:
             "anchors": self._anchors,
             "recorded": [problem.to_json() for problem in self._recorded],
             "recorded_counts": self._recorded_counts,
+            "refs": self._refs,
         }
         return orjson.dumps(state)
 
@@ -750,4 +765,5 @@ class LogChecker:
             for p in state["recorded"]
         ]
         checker._recorded_counts = state["recorded_counts"]
+        checker._refs = {str(k): [v[0], v[1]] for k, v in state["refs"].items()}
         return checker
