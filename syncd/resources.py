@@ -519,7 +519,7 @@ class ResourceMachine:
                     return
             return
         best = max((e for _, e in offers), key=version)
-        if ours is not None and version(ours) >= version(best):
+        if ours is not None and self._counts(ours) and version(ours) >= version(best):
             return
         if ours is not None and ours.digest == best.digest:
             self.local[name] = best  # the same bytes: only the version number moves on
@@ -528,6 +528,11 @@ class ResourceMachine:
             out.append(Save())
             return
         self._fetch([(p, e) for p, e in offers if e == best], now, out)
+
+    def _counts(self, e: ResEntry) -> bool:
+        """Whether a replaced file's version counts: one written on a host that is not among
+        the key's writers (a standby's own rewrite) loses to any writer's version."""
+        return self.writers is None or e.origin in self.writers
 
     def _fetch(self, offers: list[tuple[str, ResEntry]], now: float, out: list[Effect]) -> None:
         entry = offers[0][1]

@@ -99,3 +99,83 @@ def test_resources_reach_every_host_also_after_an_outage_and_a_killed_writer(
     for d in (a, b, c):
         wait_until(lambda d=d: d.file_status(KEY).get("ready"), 20,
                    f"{d.node} ready ({d.file_status(KEY).get('not_ready')})")
+
+
+def test_same_name_with_other_bytes_is_refused_and_shown_on_both(
+    broker: Broker, make_daemon: Callable[..., Daemon]
+) -> None:
+    a, b = (make_daemon(n, broker, start=False) for n in "ab")
+    ours = b"A" * 100_000 + b"same tail"
+    theirs = b"A" * 70_000 + b"B" * 30_000 + b"same tail"
+    put_artifact(a.runtimes / KEY, "shake", "shake-x.log", ours)
+    put_artifact(b.runtimes / KEY, "shake", "shake-x.log", theirs)
+    append(a.path(KEY), shake_line("s1", "artifact://shake/shake-x.log"))
+    a.start()
+    b.start()
+    blob = "artifacts/shake/shake-x.log"
+    for d, peer in ((a, "b"), (b, "a")):
+        found = wait_until(lambda d=d: [c for c in resources_of(d).get("conflicts", [])
+                                        if c["offset"] is not None], 20,
+                           f"{d.node} to show the conflict with its offset")
+        assert found == [{"name": blob, "peer": peer, "offset": 70_000,
+                          "ours": found[0]["ours"], "theirs": found[0]["theirs"]}]
+        wait_until(lambda d=d: "differs from" in d.read_log()
+                   and "from byte 70000" in d.read_log(), 10, f"{d.node}'s log line")
+        status = d.file_status(KEY)
+        assert not status["ready"]
+        assert any("write-once resource" in r for r in status["not_ready"])
+    assert tree(a)[blob] == ours
+    assert tree(b)[blob] == theirs
+    # Everything else still travels: the log, and a new artifact.
+    put_artifact(a.runtimes / KEY, "shake", "shake-y.log", b"other")
+    wait_until(lambda: tree(b).get("artifacts/shake/shake-y.log") == b"other", 20,
+               "a new artifact despite the conflict")
+    wait_equal(a.path(KEY).read_bytes(), b)
+    assert tree(a)[blob] == ours and tree(b)[blob] == theirs
+    # The operator moves the wrong copy away on b: a's copy is fetched, the conflict ends.
+    (b.runtimes / KEY / "resources" / blob).rename(b.root / "moved-away")
+    wait_until(lambda: tree(b).get(blob) == ours, 20, "a's copy fetched after the move")
+    wait_until(lambda: not resources_of(a)["conflicts"] and not resources_of(b)["conflicts"],
+               20, "the conflict to end on both")
+
+
+def test_ready_waits_for_a_referenced_artifact_and_names_it(
+    broker: Broker, make_daemon: Callable[..., Daemon]
+) -> None:
+    a, b = (make_daemon(n, broker) for n in "ab")
+    # The log names an artifact before it exists anywhere (as after a writer that lost it).
+    append(a.path(KEY), shake_line("s1", "artifact://shake/shake-late.log"))
+    wait_equal(a.path(KEY).read_bytes(), b)
+
+    def reasons() -> list[str]:
+        s = b.file_status(KEY)
+        return list(s["not_ready"]) if s["missing_resources"] == 2 else []
+
+    why = wait_until(reasons, 20, "b to say which resources are missing")
+    assert any("artifacts/shake/shake-late.log, artifacts/shake/shake-late.log.json" in r
+               for r in why), why
+    status = b.file_status(KEY)
+    assert not status["ready"]
+    assert status["missing_resources_first"] == ["artifacts/shake/shake-late.log",
+                                                 "artifacts/shake/shake-late.log.json"]
+    put_artifact(a.runtimes / KEY, "shake", "shake-late.log", b"the original")
+    wait_until(lambda: b.file_status(KEY)["ready"], 20,
+               f"b ready once the artifact arrived ({b.file_status(KEY)['not_ready']})")
+    assert b.file_status(KEY)["missing_resources"] == 0
+
+
+def test_a_sidecar_written_on_a_host_that_is_not_the_writer_never_replaces_the_writers(
+    broker: Broker, make_daemon: Callable[..., Daemon]
+) -> None:
+    writers = f'\n[keys."{KEY}"]\nwriters = ["a"]\n'
+    a, b = (make_daemon(n, broker, extra=writers) for n in "ab")
+    blob = a.runtimes / KEY / "resources" / "artifacts" / "t" / "x"
+    append(a.path(KEY), shake_line("s1", put_artifact(a.runtimes / KEY, "t", "x", b"x", v=1)))
+    wait_trees(a, b)
+    # b (a standby) rewrites the sidecar: a keeps its own.
+    sidecar(b.runtimes / KEY / "resources" / "artifacts" / "t" / "x", v="standby")
+    wait_until(lambda: b"standby" in tree(b)["artifacts/t/x.json"], 5, "b's local write")
+    sidecar(blob, v=2)  # the writer's next put reaches b, over b's own
+    wait_until(lambda: tree(b)["artifacts/t/x.json"] == tree(a)["artifacts/t/x.json"], 20,
+               "the writer's sidecar on b")
+    assert b'"v": 2' in tree(a)["artifacts/t/x.json"]
