@@ -22,7 +22,7 @@ def line_refs(raw: bytes, entry: Any) -> list[str]:
     """The references in one log line (`raw`, and `entry`, the object parsed from it)."""
     out: list[str] = []
     if b"artifact://" in raw:
-        out.extend(s for s in _strings(entry, 0) if _ARTIFACT.fullmatch(s))
+        out.extend(s for s in _strings(entry, 0) if _ARTIFACT.fullmatch(s) and required(s))
     if b"asset://" in raw:
         out.extend("asset://" + m.group(1).decode("ascii") for m in _ASSET.finditer(raw))
     return out

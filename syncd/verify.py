@@ -113,6 +113,7 @@ class ProblemKind(StrEnum):
     ENTRY_AFTER_TURN_END = "entry_after_turn_end"
     UNPAIRED_TOOL_CALL = "unpaired_tool_call"
     MISSING_ANCHOR = "missing_anchor"
+    MISSING_RESOURCE = "missing_resource"
     TORN_TAIL = "torn_tail"
 
 
@@ -129,6 +130,7 @@ class Problem:
     turn_id: str | None = None
     tool_call_id: str | None = None
     anchor: str | None = None
+    reference: str | None = None  # missing_resource: the artifact:// or asset:// reference
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -137,7 +139,7 @@ class Problem:
             "offset": self.offset,
             "message": self.message,
         }
-        for name in ("detail", "turn_id", "tool_call_id", "anchor"):
+        for name in ("detail", "turn_id", "tool_call_id", "anchor", "reference"):
             value = getattr(self, name)
             if value is not None:
                 out[name] = value
@@ -173,6 +175,7 @@ class Report:
     # allows, by type, and the turn in progress at the tail.
     late_projections: Mapping[str, int] = dataclasses.field(default_factory=dict)
     turn_in_progress: TurnInProgress | None = None
+    extra_notes: tuple[str, ...] = ()
 
     @property
     def clean(self) -> bool:
@@ -189,6 +192,7 @@ class Report:
         for kind, count in self.late_projections.items():
             out.append(f"late {kind} entries: {count} (written after their turn ended, "
                        "as the seed allows)")
+        out.extend(self.extra_notes)
         return out
 
     @property
@@ -761,9 +765,23 @@ class LogChecker:
                 turn_id=p.get("turn_id"),
                 tool_call_id=p.get("tool_call_id"),
                 anchor=p.get("anchor"),
+                reference=p.get("reference"),
             )
             for p in state["recorded"]
         ]
         checker._recorded_counts = state["recorded_counts"]
         checker._refs = {str(k): [v[0], v[1]] for k, v in state["refs"].items()}
         return checker
+
+
+def with_problems(report: Report, extra: list[Problem], notes: list[str]) -> Report:
+    """`report` with problems found outside the log (missing resource files) and notes."""
+    counts = dict(report.problem_counts)
+    for p in extra:
+        counts[p.kind] = counts.get(p.kind, 0) + 1
+    listed = sorted([*report.problems, *extra[:MAX_LISTED]],
+                    key=lambda p: (p.line, _KIND_ORDER[p.kind], p.message))
+    return dataclasses.replace(
+        report, problems=tuple(listed),
+        problem_counts={str(k): counts[k] for k in ProblemKind if k in counts},
+        extra_notes=(*report.extra_notes, *notes))
