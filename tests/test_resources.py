@@ -122,7 +122,7 @@ def test_a_write_once_name_with_other_bytes_is_compared_never_fetched_and_shown(
     assert m.handle(Compared(BLOB, sha(theirs), 4, None), 2) == []
     fx = m.handle(PeerItem("a", frames.ResChunk(BLOB, sha(theirs), 9, 4, theirs[4:8])), 2)
     fx = m.handle(Compared(BLOB, sha(theirs), 8, 5), 2)
-    assert [e for e in fx if isinstance(e, Conflict)][0].offset == 5
+    assert next(e for e in fx if isinstance(e, Conflict)).offset == 5
     [c] = m.conflicts()
     assert (c.name, c.peer, c.offset) == (BLOB, "a", 5)
     assert m.status()["conflicts"] == [c.to_json()]
@@ -132,7 +132,7 @@ def test_a_write_once_name_with_other_bytes_is_compared_never_fetched_and_shown(
     m2 = machine()
     m2.handle(LocalFile(BLOB, 3, sha(b"abc")), 0)
     fx = have(m2, ResEntry(BLOB, 0, sha(b"")))
-    assert [e for e in fx if isinstance(e, Conflict)][0].offset == 0
+    assert next(e for e in fx if isinstance(e, Conflict)).offset == 0
 
 
 def test_peers_that_disagree_about_a_name_we_lack_give_no_winner() -> None:

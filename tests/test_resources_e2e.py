@@ -18,7 +18,7 @@ from tests.ishiki_writer import (
     sidecar,
     write_atomic,
 )
-from tests.test_replication import append, content, wait_equal
+from tests.test_replication import append, wait_equal
 
 KEY = "bot-1"
 
