@@ -135,6 +135,7 @@ class ResourceFiles:
         self._rescan = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._save_soon = False
+        self._intents: dict[str, ResEntry] = {}  # installs under way (saved: see _recover)
         self.installed = 0
         self.served_bytes = 0
 
@@ -162,6 +163,9 @@ class ResourceFiles:
                 self.machine.restore(ResEntry(e[0], e[1], bytes.fromhex(e[2]), e[3], e[4])
                                      for e in saved["entries"])
                 self.idents = {n: (i[0], i[1], i[2], i[3]) for n, i in saved["idents"].items()}
+                intents = [ResEntry(e[0], e[1], bytes.fromhex(e[2]), e[3], e[4])
+                           for e in saved.get("intents", [])]
+                await asyncio.to_thread(self._recover, intents)
         except FileNotFoundError:
             pass
         except (OSError, ValueError, KeyError, TypeError, IndexError) as e:
@@ -177,6 +181,17 @@ class ResourceFiles:
         pending, self._pending = self._pending, []
         for event in pending:
             self.deliver(event)
+
+    def _recover(self, intents: list[ResEntry]) -> None:
+        """Installs recorded as intended before a kill -9: where the file holds exactly those
+        bytes, it is that fetched version (else the scan judges it as a local write)."""
+        for e in intents:
+            hashed = _hash(self.folder / e.name)
+            if hashed is not None and hashed[1] == e.digest:
+                self.machine.local[e.name] = e
+                self.idents[e.name] = hashed[2]
+        if intents:
+            self.machine.restore(self.machine.local.values())
 
     # -- events in --------------------------------------------------------------------------
 
@@ -253,6 +268,8 @@ class ResourceFiles:
                 case Write():
                     self._write(e)
                 case Install():
+                    self._intents[e.entry.name] = e.entry
+                    self._save()  # the intent is on disk before the rename
                     self._spawn(self._install(e))
                 case Discard(name):
                     with contextlib.suppress(OSError):
@@ -299,11 +316,13 @@ class ResourceFiles:
                     temp_path(self.folder / name).unlink()
                 log.info("resource %s of %s not installed: %s", printable(name),
                          printable(self.key), err)
+                self._intents.pop(name, None)
                 self.deliver(InstallFailed(name, str(err)))
                 self.hint()
                 return
             self.idents[name] = ident
         self.installed += 1
+        self._intents.pop(name, None)
         self.deliver(Installed(e.entry))
 
     def _put(self, e: Install) -> Ident:
@@ -368,6 +387,8 @@ class ResourceFiles:
             "entries": [[e.name, e.size, e.digest.hex(), e.stamp, e.origin]
                         for e in self.machine.local.values()],
             "idents": self.idents,
+            "intents": [[e.name, e.size, e.digest.hex(), e.stamp, e.origin]
+                        for e in self._intents.values()],
         })
         tmp = self.state_file.with_name(self.state_file.name + ".tmp")
         try:

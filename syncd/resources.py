@@ -366,6 +366,9 @@ class ResourceMachine:
                 if self.local.pop(name, None) is not None:
                     self._digest = None
                     out.append(Save())
+                    t = self.transfers.get(name)
+                    if t is not None and t.compare:
+                        del self.transfers[name]  # nothing of ours left to compare
                     self._consider(name, now, out)
             case PeerItem(peer, payload):
                 self._peer_item(peer, payload, now, out)
@@ -416,9 +419,16 @@ class ResourceMachine:
             return
         stamp, origin = 0, ""
         if kind is FileKind.REPLACED:
-            known = [old.stamp] if old is not None else []
-            known += [v.entries[e.name].stamp for v in self.peers.values() if e.name in v.entries]
-            stamp, origin = max(known, default=0) + 1, self.node
+            heard = [v.entries[e.name] for v in self.peers.values() if e.name in v.entries]
+            same = [h for h in heard if h.digest == e.digest]
+            if same:
+                # Bytes a peer announced are that version (we got them from it), not a write.
+                best = max(same, key=version)
+                stamp, origin = best.stamp, best.origin
+            else:
+                known = [old.stamp] if old is not None else []
+                stamp = max(known + [h.stamp for h in heard], default=0) + 1
+                origin = self.node
         entry = ResEntry(e.name, e.size, e.digest, stamp, origin)
         self.local[e.name] = entry
         self._digest = None
@@ -640,7 +650,9 @@ class ResourceMachine:
     # -- persistence ------------------------------------------------------------------------
 
     def restore(self, entries: Iterable[ResEntry]) -> None:
-        """The manifest saved before a restart (the shell checks each file against it)."""
+        """The manifest saved before a restart (the shell checks each file against it, and
+        first puts back the installs it had recorded as intended: a file syncd installed just
+        before a kill -9 is that fetched version, not a local write)."""
         self.local = {e.name: e for e in entries}
         self._digest = None
 
