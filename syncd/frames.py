@@ -345,16 +345,20 @@ class ResList:
 
 @dataclass(frozen=True, slots=True)
 class ResHave:
-    """Manifest entries: the whole manifest in parts (`full`, addressed) or what changed."""
+    """Manifest entries: what changed, or (`full`, addressed) part `part` of the `parts` that
+    make up the whole manifest, which replaces what the receiver knew of the sender's."""
 
     full: bool
     entries: tuple[ResEntry, ...]
     data: bytes = b""  # the encoded entries (the item's body), made by res_have()
+    part: int = 0
+    parts: int = 1
 
 
-def res_have(full: bool, entries: tuple[ResEntry, ...]) -> ResHave:
+def res_have(full: bool, entries: tuple[ResEntry, ...], part: int = 0,
+             parts: int = 1) -> ResHave:
     body = orjson.dumps([[e.name, e.size, e.digest.hex(), e.stamp, e.origin] for e in entries])
-    return ResHave(full, entries, body)
+    return ResHave(full, entries, body, part, parts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -455,8 +459,10 @@ def _item_header(item: Item) -> tuple[dict[str, Any], bytes]:
             header = {"digest": digest.hex(), "count": count}
         case ResList(digest):
             header = {"digest": digest.hex()}
-        case ResHave(full, entries, data):
+        case ResHave(full, entries, data, part, parts):
             header = {"full": full}
+            if full:
+                header.update(part=part, parts=parts)
             body = data or res_have(full, entries).data
         case ResAsk(name, digest, offset, length):
             header = {"name": name, "digest": digest.hex(), "offset": offset, "length": length}
@@ -635,7 +641,11 @@ def _payload(kind: Kind, header: dict[str, Any], body: bytes) -> Payload:
         case Kind.RLIST:
             return ResList(_digest(header, "digest"))
         case Kind.RHAVE:
-            return ResHave(_bool(header, "full"), _entries(body), body)
+            full = _bool(header, "full")
+            part, parts = (_count(header, "part"), _count(header, "parts")) if full else (0, 1)
+            if not part < parts:
+                raise FrameError("field 'part' must be below 'parts'")
+            return ResHave(full, _entries(body), body, part, parts)
         case Kind.RREQ:
             return ResAsk(_res_name(header), _digest(header, "digest"), _count(header, "offset"),
                           _count(header, "length"))

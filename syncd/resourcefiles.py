@@ -249,7 +249,7 @@ class ResourceFiles:
                 continue
             size, digest, ident = hashed
             self.idents[name] = ident
-            events.append(LocalFile(name, size, digest))
+            events.append(LocalFile(name, size, digest, ident[2]))
         for name in sorted(set(self.idents) - set(found)):
             del self.idents[name]
         for name in sorted(known - set(found)):

@@ -12,7 +12,8 @@ and remote copies alike:
   the wrong one away; the other is then fetched).
 - REPLACED (sidecars `<name>.json`, `<name>.view`): rewritten whole by its instance's writer.
   Each version carries (stamp, origin): a Lamport count (one more than any version of that
-  name this host knew of) and the host whose local write made it. The highest version wins,
+  name this host knew of, and at least the write's mtime in ms) and the host whose local
+  write made it. The highest version wins,
   so a writer's newest replacement reaches every host, also after a failover; a version whose
   origin is not among the key's `writers` (when set) never counts.
 - Anything else (temp files, names outside include) does not travel; see Rules.
@@ -36,6 +37,7 @@ with the time and carry out the effects.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -80,13 +82,18 @@ class Rules:
 
     def kind(self, name: str) -> FileKind | None:
         """The rule for `name` (a path relative to resources/), None: it does not travel."""
-        if frames.resource_name_problem(name) is not None:
-            return None
-        if any(_match(name, p) for p in TEMP_PATTERNS + self.exclude):
-            return None
-        if not any(_match(name, p) for p in self.include):
-            return None
-        return FileKind.REPLACED if any(_match(name, p) for p in self.replaced) else FileKind.ONCE
+        return _kind(self, name)
+
+
+@functools.lru_cache(maxsize=1 << 16)  # asked for every name at every sweep
+def _kind(rules: Rules, name: str) -> FileKind | None:
+    if frames.resource_name_problem(name) is not None:
+        return None
+    if any(_match(name, p) for p in TEMP_PATTERNS + rules.exclude):
+        return None
+    if not any(_match(name, p) for p in rules.include):
+        return None
+    return FileKind.REPLACED if any(_match(name, p) for p in rules.replaced) else FileKind.ONCE
 
 
 def version(e: ResEntry) -> tuple[int, str]:
@@ -111,6 +118,7 @@ class LocalFile:
     name: str
     size: int
     digest: bytes
+    mtime_ns: int = 0  # when it was written (a floor for a sidecar's version number)
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,6 +274,9 @@ class PeerView:
     asked: bytes | None = None  # the summary we last asked its manifest for
     asked_at: float = -1e18
     answered: bytes | None = None  # the summary a whole manifest came for
+    # Parts of a whole manifest being received (part number -> entries): complete, it
+    # replaces `entries`, so a file the peer no longer holds leaves our view of it.
+    parts: dict[int, tuple[ResEntry, ...]] = field(default_factory=dict)
 
 
 @dataclass
@@ -426,8 +437,13 @@ class ResourceMachine:
                 best = max(same, key=version)
                 stamp, origin = best.stamp, best.origin
             else:
+                # One more than any version known here, and at least the write's time in ms:
+                # a writer that lost its record of the last version (the sidecar deleted
+                # meanwhile, a restart cut off from its peers) still numbers its new write
+                # above the versions it wrote before.
                 known = [old.stamp] if old is not None else []
-                stamp = max(known + [h.stamp for h in heard], default=0) + 1
+                stamp = max(max(known + [h.stamp for h in heard], default=0) + 1,
+                            e.mtime_ns // 1_000_000)
                 origin = self.node
         entry = ResEntry(e.name, e.size, e.digest, stamp, origin)
         self.local[e.name] = entry
@@ -455,12 +471,25 @@ class ResourceMachine:
                     out.append(Send(Kind.RLIST, frames.ResList(digest), peer))
             case frames.ResList():
                 entries = sorted(self.local.values(), key=lambda e: e.name)
-                for part in _parts(entries) or [()]:
-                    out.append(Send(Kind.RHAVE, frames.res_have(True, tuple(part)), peer))
-            case frames.ResHave(full, entries):
-                if full:
-                    view.answered = view.asked
+                parts = _parts(entries) or [()]
+                for i, part in enumerate(parts):
+                    out.append(Send(Kind.RHAVE, frames.res_have(True, part, i, len(parts)),
+                                    peer))
+            case frames.ResHave(False, entries):
                 for e in entries:
+                    self._heard(peer, view, e, now, out)
+            case frames.ResHave(True, entries, _, part, parts):
+                if part == 0:
+                    view.parts = {}
+                view.parts[part] = entries
+                if len(view.parts) < parts or set(view.parts) != set(range(parts)):
+                    return  # a part lost on the way: the next summary asks again
+                whole = [e for i in range(parts) for e in view.parts[i]]
+                view.parts = {}
+                view.answered = view.asked
+                names = {e.name for e in whole}
+                view.entries = {n: e for n, e in view.entries.items() if n in names}
+                for e in whole:
                     self._heard(peer, view, e, now, out)
             case frames.ResAsk(name, digest, offset, length):
                 ours = self.local.get(name)

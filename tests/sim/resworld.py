@@ -77,6 +77,7 @@ class ResHost:
     # write-once names and the bytes first seen here (or written here by its own writer)
     once_seen: dict[str, bytes] = field(default_factory=dict)
     intents: dict[str, frames.ResEntry] = field(default_factory=dict)
+    mtimes: dict[str, int] = field(default_factory=dict)  # ns, of the local writer's renames
 
 
 class ResWorld:
@@ -221,6 +222,7 @@ class ResWorld:
         else:
             assert tmp is not None
             h.files[name] = bytes(tmp[1])
+            h.mtimes[name] = int((1_800_000_000 + self.now) * 1e9)
             h.known[name] = entry.digest
             if kind is FileKind.ONCE:
                 h.once_seen.setdefault(name, h.files[name])
@@ -234,7 +236,7 @@ class ResWorld:
             if h.known.get(name) != sha(data) or name not in h.machine.local:
                 if len(data) <= self.rules.max_file_bytes:
                     h.known[name] = sha(data)
-                self.deliver(h, LocalFile(name, len(data), sha(data)))
+                self.deliver(h, LocalFile(name, len(data), sha(data), h.mtimes.get(name, 0)))
         for name in sorted(set(h.machine.local) - set(h.files)):
             h.known.pop(name, None)
             self.deliver(h, LocalGone(name))
@@ -265,6 +267,7 @@ class ResWorld:
         if made is None:
             return
         h.files[name] = bytes(made[1])
+        h.mtimes[name] = int((1_800_000_000 + self.now) * 1e9)
         if self.rules.kind(name) is FileKind.ONCE:
             h.once_seen[name] = h.files[name]  # its own writer's doing
         elif h.name == self.writer:
