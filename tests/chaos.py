@@ -233,6 +233,10 @@ class Chaos:
         return self.summary
 
     def checkpoint(self) -> None:
+        # The bot puts an artifact between any two checkpoints, and names killed mid-put are
+        # put again by the restarted writer: every checkpoint has resources to compare.
+        self.resource_put()
+        self._put_again()
         self.writer.pause()
         source = self._path(self.daemons["a"])
         expected = source.read_bytes()
@@ -299,12 +303,15 @@ class Chaos:
             blob = self.rng.choice(blobs)
             self.writer.do(lambda n: sidecar(blob, rewritten=n))
 
-    def resource_writer_killed(self) -> None:
-        """kill -9 of the resource writer between its temp file and the rename; the name it
-        was putting is written again (a new temp file, then the rename) at the next fault."""
+    def _put_again(self) -> None:
         for target in self.killed_targets:
             write_atomic(target, b"put again after the writer was killed\n")
         self.killed_targets = []
+
+    def resource_writer_killed(self) -> None:
+        """kill -9 of the resource writer between its temp file and the rename; the name it
+        was putting is written again (a new temp file, then the rename) at the next fault."""
+        self._put_again()
         self.artifacts += 1
         target = self.instance / "resources" / "artifacts" / "tool" / f"out-{self.artifacts}"
         proc = subprocess.Popen([sys.executable, "-m", "tests.ishiki_writer", str(target)],
