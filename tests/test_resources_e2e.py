@@ -124,6 +124,11 @@ def test_same_name_with_other_bytes_is_refused_and_shown_on_both(
         status = d.file_status(KEY)
         assert not status["ready"]
         assert any("write-once resource" in r for r in status["not_ready"])
+        shown = subprocess.run([sys.executable, "-m", "syncd", "status", "--config",
+                                str(d.config)], capture_output=True, text=True, timeout=30)
+        assert shown.returncode == 1, shown.stdout
+        assert (f"{KEY}/resources/{blob}: CONFLICT with {peer}: same name, other bytes (first "
+                "difference at byte 70000") in shown.stdout
     assert tree(a)[blob] == ours
     assert tree(b)[blob] == theirs
     # Everything else still travels: the log, and a new artifact.
