@@ -55,7 +55,7 @@ DEFAULT_REPLACED = ("*.json", "*.view")
 TEMP_PATTERNS = ("*.tmp",)
 MAX_FILE_BYTES = 32 << 20
 MAX_TRANSFERS = 4  # files fetched at once per instance
-SUM_INTERVAL = 30.0  # seconds between two summaries of an unchanged manifest
+SUM_INTERVAL = 10.0  # seconds between two summaries of an unchanged manifest
 ENTRIES_PER_ITEM = 2000
 
 
@@ -469,6 +469,9 @@ class ResourceMachine:
                 if digest != view.asked or now - view.asked_at >= self.timeout:
                     view.asked, view.asked_at = digest, now
                     out.append(Send(Kind.RLIST, frames.ResList(digest), peer))
+                    # And ours in return: if our last summary was lost, the peer asks too
+                    # now rather than at the next SUM_INTERVAL.
+                    self._send_sum(now, out)
             case frames.ResList():
                 entries = sorted(self.local.values(), key=lambda e: e.name)
                 parts = _parts(entries) or [()]

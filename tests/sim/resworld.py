@@ -98,6 +98,7 @@ class ResWorld:
         self.last_sidecar: dict[str, bytes] = {}  # name -> last bytes a writer wrote
         self.history: list[str] = []
         self.n = 0
+        self.link_clock: dict[tuple[str, str], float] = {}
         self.pending: set[str] = set()  # names the writer is putting (temp file, rename due)
 
     # -- plumbing ---------------------------------------------------------------------------
@@ -150,9 +151,12 @@ class ResWorld:
                 continue
             copies = 2 if self.faults and self.rng.random() < self.dup else 1
             for _ in range(copies):
-                delay = 0.005 + self.rng.random() * 0.05
+                # MQTT keeps one sender's messages to one receiver in order (one topic).
+                due = max(self.now + 0.005 + self.rng.random() * 0.05,
+                          self.link_clock.get((h.name, t), 0.0))
+                self.link_clock[(h.name, t)] = due
                 item = PeerItem(h.name, e.payload)
-                self.at(self.now + delay, lambda t=t, item=item: self._arrive(h.name, t, item))
+                self.at(due, lambda t=t, item=item: self._arrive(h.name, t, item))
 
     def _arrive(self, sender: str, to: str, item: PeerItem) -> None:
         s, r = self.hosts[sender], self.hosts[to]
