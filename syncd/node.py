@@ -449,7 +449,7 @@ class Node:
                 if depth == len(parts):  # an instance's directory itself (moved, deleted)
                     self._hint_below(root.path.joinpath(*parts), gone)
                 else:
-                    self.resources.hint(root.path.joinpath(*parts[:depth]))
+                    self.resources.hint(root.path.joinpath(*parts[:depth]), path)
                 return  # inside an instance: resources/, workspace/, ... are no instances
         if len(parts) > MAX_DEPTH + 1:
             return  # below the depth where instances are looked for

@@ -210,10 +210,12 @@ class ResourceFiles:
             return
         self._scan_task = asyncio.get_running_loop().create_task(self._scan_loop())
 
-    def sweep(self) -> None:
+    def sweep(self, rescan: bool) -> None:
+        """The node's sweep: timers, and (`rescan`) the safety net under inotify's hints."""
         if self.loaded:
             self.deliver(Tick())
-            self.hint()
+            if rescan:
+                self.hint()
 
     async def _scan_loop(self) -> None:
         while True:

@@ -32,6 +32,7 @@ RESOURCE_KINDS = frozenset({Kind.RSUM, Kind.RLIST, Kind.RHAVE, Kind.RREQ, Kind.R
 # count (it may still ask for ours).
 _CLAIMS = frozenset({Kind.RSUM, Kind.RHAVE, Kind.RDATA})
 MISSING_SHOWN = 5
+RESCAN_SECONDS = 5.0
 
 
 class HubHost(ResourceHost, Protocol):
@@ -47,6 +48,7 @@ class ResourceHub:
         self.host = host
         self.files: dict[str, ResourceFiles] = {}
         self.dropped = 0  # items refused here (wrong file, not a writer, over budget)
+        self._rescanned = -RESCAN_SECONDS
 
     def ensure(self, key: str) -> ResourceFiles | None:
         r = self.files.get(key)
@@ -92,16 +94,24 @@ class ResourceHub:
         if r is not None:
             r.deliver(PeerItem(sender, item.payload))
 
-    def hint(self, folder: Path) -> None:
-        """A change inside an instance's directory `folder` (resources/ or not)."""
+    def hint(self, folder: Path, path: str) -> None:
+        """A change at `path`, inside the instance directory `folder`."""
+        if path.endswith(".tmp"):
+            return  # a temp file (the writer's, or ours being filled): its rename will say
         for r in self.files.values():
             if r.folder.parent == folder:
                 r.hint()
                 return
 
     def sweep(self) -> None:
+        # Every file of every instance is stat'ed at most every RESCAN_SECONDS (or at every
+        # sweep without inotify): hints find changes at once, this finds what they missed.
+        now = time.monotonic()
+        rescan = not self.host.config.watch or now - self._rescanned >= RESCAN_SECONDS
+        if rescan:
+            self._rescanned = now
         for r in list(self.files.values()):
-            r.sweep()
+            r.sweep(rescan)
 
     def connected(self) -> None:
         for r in self.files.values():

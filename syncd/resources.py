@@ -322,6 +322,9 @@ class ResourceMachine:
         self.offsets: dict[tuple[str, bytes, bytes], int] = {}  # first differences found
         self.refused: dict[str, str] = {}
         self.retry_at: dict[str, float] = {}
+        # Names a decision was put off for (transfers at their limit, no holder online, a
+        # retry due): looked at again by Tick, so a sweep does not reconsider every name.
+        self.waiting: set[str] = set()
         self._digest: bytes | None = None
         self._sum_at = -1e18
         self._changed: list[ResEntry] = []
@@ -398,10 +401,11 @@ class ResourceMachine:
                 self._digest = None
                 self._changed.append(entry)
                 out.append(Save())
-                self._consider_all(now, out)
+                self._consider_waiting(now, out)
             case InstallFailed(name, _):
                 self.transfers.pop(name, None)
                 self.retry_at[name] = now + self.timeout
+                self.waiting.add(name)
             case Compared():
                 self._on_compared(event, now, out)
         if self._changed:
@@ -529,6 +533,12 @@ class ResourceMachine:
         view.entries[e.name] = e
         self._consider(e.name, now, out)
 
+    def _consider_waiting(self, now: float, out: list[Effect]) -> None:
+        for name in sorted(self.waiting):
+            if len(self.transfers) >= MAX_TRANSFERS:
+                return
+            self._consider(name, now, out)
+
     def _consider_all(self, now: float, out: list[Effect]) -> None:
         names = {n for v in self.peers.values() for n in v.entries}
         for name in sorted(names):
@@ -537,9 +547,11 @@ class ResourceMachine:
     def _consider(self, name: str, now: float, out: list[Effect]) -> None:
         """What to do about `name`: fetch, adopt a version, compare, or nothing."""
         kind = self.rules.kind(name)
+        self.waiting.discard(name)
         if kind is None or name in self.transfers:
             return
         if self.retry_at.get(name, -1e18) > now:
+            self.waiting.add(name)
             return
         ours = self.local.get(name)
         offers = [(p, v.entries[name]) for p, v in sorted(self.peers.items())
@@ -559,6 +571,7 @@ class ResourceMachine:
                 if self.peers[peer].online and len(self.transfers) < MAX_TRANSFERS:
                     self._start(Transfer(theirs, peer, compare=True), now, out)
                     return
+                self.waiting.add(name)
             return
         best = max((e for _, e in offers), key=version)
         if ours is not None and self._counts(ours) and version(ours) >= version(best):
@@ -582,10 +595,9 @@ class ResourceMachine:
             self._refuse(entry.name, f"{entry.size} bytes, over max_file_bytes "
                                      f"({self.rules.max_file_bytes})", out)
             return
-        if len(self.transfers) >= MAX_TRANSFERS:
-            return  # started by a later Tick or Installed
         online = [p for p, _ in offers if self.peers[p].online]
-        if not online:
+        if len(self.transfers) >= MAX_TRANSFERS or not online:
+            self.waiting.add(entry.name)  # started by a later Tick, Installed or presence
             return
         self._start(Transfer(entry, online[0]), now, out)
 
@@ -673,7 +685,7 @@ class ResourceMachine:
             if t.peer not in holders and holders:
                 t.peer = holders[0]
             self._ask(t, now, out)
-        self._consider_all(now, out)
+        self._consider_waiting(now, out)
 
     def _send_sum(self, now: float, out: list[Effect]) -> None:
         self._sum_at = now

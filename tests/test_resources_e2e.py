@@ -184,3 +184,25 @@ def test_a_sidecar_written_on_a_host_that_is_not_the_writer_never_replaces_the_w
     wait_until(lambda: tree(b)["artifacts/t/x.json"] == tree(a)["artifacts/t/x.json"], 20,
                "the writer's sidecar on b")
     assert b'"v": 2' in tree(a)["artifacts/t/x.json"]
+
+
+def test_a_standby_killed_mid_transfer_resumes_and_leaves_no_temp_file(
+    broker: Broker, make_daemon: Callable[..., Daemon]
+) -> None:
+    a = make_daemon("a", broker)
+    b = make_daemon("b", broker, start=False)
+    inst = a.runtimes / KEY
+    blobs = {f"artifacts/compact/c-{i}.log": os.urandom(12 << 20) for i in range(2)}
+    for name, data in blobs.items():
+        write_atomic(inst / "resources" / name, data)
+    append(a.path(KEY), shake_line("s1", "artifact://compact/c-0.log"))
+    b.start()
+    wait_until(lambda: any(t["got"] > 0 for r in b.status()["resources"]
+                           for t in r["fetching"]), 30, "b to be fetching")
+    b.kill()  # kill -9 in the middle of a chunked transfer
+    left = [n for n in tree(b) if n.endswith(".syncd.tmp")]
+    b.start()
+    want = wait_trees(a, b, timeout=60)
+    assert all(want[n] == d for n, d in blobs.items())
+    assert left, "the kill left a partly received file (removed at start)"
+    assert not [n for n in tree(b) if n.endswith(".tmp")]
