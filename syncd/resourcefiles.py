@@ -201,10 +201,18 @@ class ResourceFiles:
             return
         self._perform(self.machine.handle(event, time.monotonic()))
 
-    def hint(self) -> None:
-        """Something under resources/ changed: scan soon (one scan at a time)."""
+    def hint(self, path: str | None = None) -> None:
+        """Something under resources/ changed: scan soon (one scan at a time). A hint about a
+        file whose stat is the one recorded (most often one syncd just installed) is none."""
         if not self.loaded:
             return
+        if path is not None:
+            try:
+                name = str(Path(path).relative_to(self.folder))
+                if self.idents.get(name) == _ident(os.lstat(path)):
+                    return
+            except (ValueError, OSError):
+                pass
         if self._scan_task is not None and not self._scan_task.done():
             self._rescan = True
             return
@@ -310,31 +318,43 @@ class ResourceFiles:
 
     async def _install(self, e: Install) -> None:
         name = e.entry.name
+        try:
+            # Checked and made durable outside the lock: installs of many small files overlap.
+            await asyncio.to_thread(self._check_temp, e)
+        except (OSError, ValueError) as err:
+            self._install_failed(name, err)
+            return
         async with self._lock:
             try:
                 ident = await asyncio.to_thread(self._put, e)
             except (OSError, ValueError) as err:
-                with contextlib.suppress(OSError):
-                    temp_path(self.folder / name).unlink()
-                log.info("resource %s of %s not installed: %s", printable(name),
-                         printable(self.key), err)
-                self._intents.pop(name, None)
-                self.deliver(InstallFailed(name, str(err)))
-                self.hint()
+                self._install_failed(name, err)
                 return
             self.idents[name] = ident
         self.installed += 1
         self._intents.pop(name, None)
         self.deliver(Installed(e.entry))
 
-    def _put(self, e: Install) -> Ident:
-        final = self.folder / e.entry.name
-        tmp = temp_path(final)
+    def _install_failed(self, name: str, err: Exception) -> None:
+        with contextlib.suppress(OSError):
+            temp_path(self.folder / name).unlink()
+        log.info("resource %s of %s not installed: %s", printable(name), printable(self.key),
+                 err)
+        self._intents.pop(name, None)
+        self.deliver(InstallFailed(name, str(err)))
+        self.hint()
+
+    def _check_temp(self, e: Install) -> None:
+        tmp = temp_path(self.folder / e.entry.name)
         hashed = _hash(tmp)
         if hashed is None or hashed[0] != e.entry.size or hashed[1] != e.entry.digest:
             raise ValueError("the bytes received do not have the announced SHA-256 (the file "
                              "changed at the sender meanwhile); fetching again")
         store.sync(tmp)
+
+    def _put(self, e: Install) -> Ident:
+        final = self.folder / e.entry.name
+        tmp = temp_path(final)
         if e.expect is None:
             # Write-once: link() fails if the name exists, so nothing is ever overwritten.
             try:

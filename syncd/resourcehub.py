@@ -100,7 +100,7 @@ class ResourceHub:
             return  # a temp file (the writer's, or ours being filled): its rename will say
         for r in self.files.values():
             if r.folder.parent == folder:
-                r.hint()
+                r.hint(path)
                 return
 
     def sweep(self) -> None:

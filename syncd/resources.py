@@ -54,7 +54,11 @@ DEFAULT_REPLACED = ("*.json", "*.view")
 # `<name>.json.<uuid>.tmp`) and syncd's own (`.<name>.syncd.tmp`) are never complete files.
 TEMP_PATTERNS = ("*.tmp",)
 MAX_FILE_BYTES = 32 << 20
-MAX_TRANSFERS = 4  # files fetched at once per instance
+# Files fetched at once per instance: up to MAX_TRANSFERS, and past BIG_TRANSFERS only while
+# what they still need fits in one fetch window (many small files go in parallel, a few big
+# ones do not flood the broker's queues or the server's byte budget).
+BIG_TRANSFERS = 4
+MAX_TRANSFERS = 64
 SUM_INTERVAL = 10.0  # seconds between two summaries of an unchanged manifest
 ENTRIES_PER_ITEM = 2000
 
@@ -100,12 +104,20 @@ def version(e: ResEntry) -> tuple[int, str]:
     return (e.stamp, e.origin)
 
 
+def _entry_hash(e: ResEntry) -> int:
+    line = f"{e.name}\0{e.size}\0{e.digest.hex()}\0{e.stamp}\0{e.origin}"
+    return int.from_bytes(hashlib.sha256(line.encode("utf-8", "surrogateescape")).digest(),
+                          "big")
+
+
 def manifest_digest(entries: Iterable[ResEntry]) -> bytes:
-    h = hashlib.sha256()
-    for e in sorted(entries, key=lambda e: e.name):
-        h.update(f"{e.name}\0{e.size}\0{e.digest.hex()}\0{e.stamp}\0{e.origin}\n".encode(
-            "utf-8", "surrogateescape"))
-    return h.digest()
+    """The XOR of the entries' SHA-256: equal manifests, equal digests, and one entry's
+    change costs one hash (a sorted hash of the whole manifest cost O(n) per file fetched).
+    Peers are authenticated, so nobody crafts colliding manifests."""
+    acc = 0
+    for e in entries:
+        acc ^= _entry_hash(e)
+    return acc.to_bytes(32, "big")
 
 
 # --- events --------------------------------------------------------------------------------
@@ -325,7 +337,7 @@ class ResourceMachine:
         # Names a decision was put off for (transfers at their limit, no holder online, a
         # retry due): looked at again by Tick, so a sweep does not reconsider every name.
         self.waiting: set[str] = set()
-        self._digest: bytes | None = None
+        self._acc = 0  # the manifest's digest, kept up entry by entry (manifest_digest)
         self._sum_at = -1e18
         self._changed: list[ResEntry] = []
 
@@ -333,9 +345,21 @@ class ResourceMachine:
 
     @property
     def digest(self) -> bytes:
-        if self._digest is None:
-            self._digest = manifest_digest(self.local.values())
-        return self._digest
+        return self._acc.to_bytes(32, "big")
+
+    def _set_local(self, e: ResEntry) -> None:
+        old = self.local.get(e.name)
+        if old is not None:
+            self._acc ^= _entry_hash(old)
+        self.local[e.name] = e
+        self._acc ^= _entry_hash(e)
+
+    def _drop_local(self, name: str) -> bool:
+        old = self.local.pop(name, None)
+        if old is None:
+            return False
+        self._acc ^= _entry_hash(old)
+        return True
 
     def conflicts(self) -> list[ConflictView]:
         out = []
@@ -377,8 +401,7 @@ class ResourceMachine:
             case LocalFile():
                 self._local(event, now, out)
             case LocalGone(name):
-                if self.local.pop(name, None) is not None:
-                    self._digest = None
+                if self._drop_local(name):
                     out.append(Save())
                     t = self.transfers.get(name)
                     if t is not None and t.compare:
@@ -397,10 +420,11 @@ class ResourceMachine:
                 self._tick(now, out)
             case Installed(entry):
                 self.transfers.pop(entry.name, None)
-                self.local[entry.name] = entry
-                self._digest = None
+                self._set_local(entry)
                 self._changed.append(entry)
                 out.append(Save())
+                # Another peer may hold other bytes under that name (heard meanwhile).
+                self._consider(entry.name, now, out)
                 self._consider_waiting(now, out)
             case InstallFailed(name, _):
                 self.transfers.pop(name, None)
@@ -450,8 +474,7 @@ class ResourceMachine:
                             e.mtime_ns // 1_000_000)
                 origin = self.node
         entry = ResEntry(e.name, e.size, e.digest, stamp, origin)
-        self.local[e.name] = entry
-        self._digest = None
+        self._set_local(entry)
         self._changed.append(entry)
         out.append(Save())
         if self.transfers.pop(e.name, None) is not None:
@@ -468,14 +491,7 @@ class ResourceMachine:
         match p:
             case frames.ResSum(digest, _):
                 view.heard = digest
-                if digest == self.digest or digest == view.answered:
-                    return
-                if digest != view.asked or now - view.asked_at >= self.timeout:
-                    view.asked, view.asked_at = digest, now
-                    out.append(Send(Kind.RLIST, frames.ResList(digest), peer))
-                    # And ours in return: if our last summary was lost, the peer asks too
-                    # now rather than at the next SUM_INTERVAL.
-                    self._send_sum(now, out)
+                self._maybe_list(peer, view, now, out)
             case frames.ResList():
                 entries = sorted(self.local.values(), key=lambda e: e.name)
                 parts = _parts(entries) or [()]
@@ -519,6 +535,20 @@ class ResourceMachine:
                     self._drop(name, t, out)
                     self._consider(name, now, out)
 
+    def _maybe_list(self, peer: str, view: PeerView, now: float, out: list[Effect]) -> None:
+        """Ask for a peer's whole manifest when its summary is neither ours nor one we were
+        answered for: at most once per `timeout` (the entries that change reach us anyway;
+        the list is the repair), and again from Tick while that holds."""
+        if view.heard is None or view.heard in (self.digest, view.answered):
+            return
+        if now - view.asked_at < self.timeout:
+            return
+        view.asked, view.asked_at = view.heard, now
+        out.append(Send(Kind.RLIST, frames.ResList(view.heard), peer))
+        # And ours in return: if our last summary was lost, the peer asks too, now rather
+        # than at the next SUM_INTERVAL.
+        self._send_sum(now, out)
+
     def _heard(self, peer: str, view: PeerView, e: ResEntry, now: float,
                out: list[Effect]) -> None:
         kind = self.rules.kind(e.name)
@@ -535,7 +565,7 @@ class ResourceMachine:
 
     def _consider_waiting(self, now: float, out: list[Effect]) -> None:
         for name in sorted(self.waiting):
-            if len(self.transfers) >= MAX_TRANSFERS:
+            if not self._room(0):
                 return
             self._consider(name, now, out)
 
@@ -568,7 +598,7 @@ class ResourceMachine:
                 key = (name, ours.digest, theirs.digest)
                 if theirs.digest == ours.digest or key in self.offsets:
                     continue
-                if self.peers[peer].online and len(self.transfers) < MAX_TRANSFERS:
+                if self.peers[peer].online and self._room(theirs.size):
                     self._start(Transfer(theirs, peer, compare=True), now, out)
                     return
                 self.waiting.add(name)
@@ -577,8 +607,7 @@ class ResourceMachine:
         if ours is not None and self._counts(ours) and version(ours) >= version(best):
             return
         if ours is not None and ours.digest == best.digest:
-            self.local[name] = best  # the same bytes: only the version number moves on
-            self._digest = None
+            self._set_local(best)  # the same bytes: only the version number moves on
             self._changed.append(best)
             out.append(Save())
             return
@@ -589,6 +618,14 @@ class ResourceMachine:
         the key's writers (a standby's own rewrite) loses to any writer's version."""
         return self.writers is None or e.origin in self.writers
 
+    def _room(self, size: int) -> bool:
+        """Whether a transfer of `size` bytes may start now (see BIG_TRANSFERS)."""
+        n = len(self.transfers)
+        if n < BIG_TRANSFERS:
+            return True
+        due = sum(t.entry.size - t.got for t in self.transfers.values())
+        return n < MAX_TRANSFERS and due + size <= self.window
+
     def _fetch(self, offers: list[tuple[str, ResEntry]], now: float, out: list[Effect]) -> None:
         entry = offers[0][1]
         if entry.size > self.rules.max_file_bytes:
@@ -596,7 +633,7 @@ class ResourceMachine:
                                      f"({self.rules.max_file_bytes})", out)
             return
         online = [p for p, _ in offers if self.peers[p].online]
-        if len(self.transfers) >= MAX_TRANSFERS or not online:
+        if not self._room(entry.size) or not online:
             self.waiting.add(entry.name)  # started by a later Tick, Installed or presence
             return
         self._start(Transfer(entry, online[0]), now, out)
@@ -608,7 +645,7 @@ class ResourceMachine:
             ours = self.local[name]
             end = min(ours.size, t.entry.size)
             if end == 0:
-                self._compared(name, t, 0, out)
+                self._compared(name, t, 0, now, out)
                 return
         elif t.entry.size == 0:
             out.append(Write(name, 0, b"", True))
@@ -654,19 +691,21 @@ class ResourceMachine:
         if t is None or not t.compare or t.entry.digest != e.theirs:
             return
         if e.differ_at is not None:
-            self._compared(e.name, t, e.differ_at, out)
+            self._compared(e.name, t, e.differ_at, now, out)
         elif e.end >= self._end(t):
-            self._compared(e.name, t, self._end(t), out)  # one is a prefix of the other
+            self._compared(e.name, t, self._end(t), now, out)  # one is a prefix of the other
         elif t.got >= t.until and e.end >= t.got:
             self._ask(t, now, out)
 
-    def _compared(self, name: str, t: Transfer, offset: int, out: list[Effect]) -> None:
+    def _compared(self, name: str, t: Transfer, offset: int, now: float,
+                  out: list[Effect]) -> None:
         del self.transfers[name]
         ours = self.local.get(name)
         if ours is None:
             return
         self.offsets[(name, ours.digest, t.entry.digest)] = offset
         out.append(Conflict(name, t.peer, offset, ours, t.entry))
+        self._consider(name, now, out)  # a third host's copy may differ too
 
     def _drop(self, name: str, t: Transfer, out: list[Effect]) -> None:
         del self.transfers[name]
@@ -676,6 +715,9 @@ class ResourceMachine:
     def _tick(self, now: float, out: list[Effect]) -> None:
         if now - self._sum_at >= SUM_INTERVAL:
             self._send_sum(now, out)
+        for peer, view in sorted(self.peers.items()):
+            if view.online:
+                self._maybe_list(peer, view, now, out)
         for name, t in sorted(self.transfers.items()):
             if t.installing or now < t.deadline:
                 continue
@@ -698,7 +740,9 @@ class ResourceMachine:
         first puts back the installs it had recorded as intended: a file syncd installed just
         before a kill -9 is that fetched version, not a local write)."""
         self.local = {e.name: e for e in entries}
-        self._digest = None
+        self._acc = 0
+        for e in self.local.values():
+            self._acc ^= _entry_hash(e)
 
     def status(self) -> dict[str, object]:
         conflicts = self.conflicts()
