@@ -25,7 +25,7 @@ import logging
 import os
 import stat as stat_mode
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Protocol
 
@@ -126,6 +126,7 @@ class ResourceFiles:
         self.key = key
         self.folder = folder  # <instance>/resources
         self.state_file = state_file
+        self.intents_file = state_file.with_name(state_file.stem + ".intents.json")
         self.machine = machine
         self.idents: dict[str, Ident] = {}
         self.loaded = False
@@ -136,6 +137,8 @@ class ResourceFiles:
         self._tasks: set[asyncio.Task[None]] = set()
         self._save_soon = False
         self._intents: dict[str, ResEntry] = {}  # installs under way (saved: see _recover)
+        self._ready: list[Install] = []  # checked, durable temp files waiting to be put
+        self._installer: asyncio.Task[None] | None = None
         self.installed = 0
         self.served_bytes = 0
 
@@ -163,14 +166,19 @@ class ResourceFiles:
                 self.machine.restore(ResEntry(e[0], e[1], bytes.fromhex(e[2]), e[3], e[4])
                                      for e in saved["entries"])
                 self.idents = {n: (i[0], i[1], i[2], i[3]) for n, i in saved["idents"].items()}
-                intents = [ResEntry(e[0], e[1], bytes.fromhex(e[2]), e[3], e[4])
-                           for e in saved.get("intents", [])]
-                await asyncio.to_thread(self._recover, intents)
         except FileNotFoundError:
             pass
         except (OSError, ValueError, KeyError, TypeError, IndexError) as e:
             log.warning("%s: saved resource manifest unusable (%s); hashing every file again",
                         self.state_file, e)
+        try:
+            intents = [ResEntry(e[0], e[1], bytes.fromhex(e[2]), e[3], e[4])
+                       for e in orjson.loads(self.intents_file.read_bytes())]
+            await asyncio.to_thread(self._recover, intents)
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError, KeyError, TypeError, IndexError) as e:
+            log.warning("%s: saved installs unusable (%s)", self.intents_file, e)
         # Our own temp files from a run that ended mid-transfer: never complete, never shown.
         for name, _ in await asyncio.to_thread(lambda: list(_walk(self.folder))):
             if name.endswith(TEMP_SUFFIX) and name.rsplit("/", 1)[-1].startswith("."):
@@ -279,7 +287,6 @@ class ResourceFiles:
                     self._write(e)
                 case Install():
                     self._intents[e.entry.name] = e.entry
-                    self._save()  # the intent is on disk before the rename
                     self._spawn(self._install(e))
                 case Discard(name):
                     with contextlib.suppress(OSError):
@@ -324,16 +331,46 @@ class ResourceFiles:
         except (OSError, ValueError) as err:
             self._install_failed(name, err)
             return
-        async with self._lock:
+        self._ready.append(e)
+        if self._installer is None or self._installer.done():
+            self._installer = asyncio.get_running_loop().create_task(self._install_ready())
+
+    async def _install_ready(self) -> None:
+        """Put checked files in place in groups: one fsync per directory per group (a group
+        commit), then announce them; what becomes ready meanwhile is the next group."""
+        while self._ready:
+            group, self._ready = self._ready, []
+            intents = _entries_json(self._intents.values())
+            async with self._lock:
+                done = await asyncio.to_thread(self._put_group, group, intents)
+            for e, outcome in zip(group, done, strict=True):
+                if isinstance(outcome, Exception):
+                    self._install_failed(e.entry.name, outcome)
+                    continue
+                self.idents[e.entry.name] = outcome
+                self.installed += 1
+                self._intents.pop(e.entry.name, None)
+                self.deliver(Installed(e.entry))
+
+    def _put_group(self, group: list[Install], intents: bytes) -> list[Ident | Exception]:
+        # The intents are on disk before any rename (see _recover).
+        _write_atomic(self.intents_file, intents)
+        out: list[Ident | Exception] = []
+        folders: set[Path] = set()
+        for e in group:
             try:
-                ident = await asyncio.to_thread(self._put, e)
+                out.append(self._put(e))
+                folders.add((self.folder / e.entry.name).parent)
             except (OSError, ValueError) as err:
-                self._install_failed(name, err)
-                return
-            self.idents[name] = ident
-        self.installed += 1
-        self._intents.pop(name, None)
-        self.deliver(Installed(e.entry))
+                out.append(err)
+        for folder in sorted(folders):
+            try:
+                store.sync_dir(folder)
+            except OSError as err:  # not durable: announce none of that directory's files
+                out = [err if not isinstance(o, Exception) and (
+                    self.folder / e.entry.name).parent == folder else o
+                    for e, o in zip(group, out, strict=True)]
+        return out
 
     def _install_failed(self, name: str, err: Exception) -> None:
         with contextlib.suppress(OSError):
@@ -371,8 +408,7 @@ class ResourceFiles:
                 raise ValueError("the sidecar changed here meanwhile (its local writer came "
                                  "first); left as it is")
             os.replace(tmp, final)
-        store.sync_dir(final.parent)
-        return _ident(os.lstat(final))
+        return _ident(os.lstat(final))  # durable once the group's directories are synced
 
     def _compare(self, e: Compare) -> None:
         try:
@@ -409,14 +445,9 @@ class ResourceFiles:
             "entries": [[e.name, e.size, e.digest.hex(), e.stamp, e.origin]
                         for e in self.machine.local.values()],
             "idents": self.idents,
-            "intents": [[e.name, e.size, e.digest.hex(), e.stamp, e.origin]
-                        for e in self._intents.values()],
         })
-        tmp = self.state_file.with_name(self.state_file.name + ".tmp")
         try:
-            self.state_file.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_bytes(blob)
-            tmp.replace(self.state_file)
+            _write_atomic(self.state_file, blob)
         except OSError as err:
             log.warning("%s: cannot save the resource manifest: %s", self.state_file, err)
 
@@ -443,3 +474,16 @@ def _make_dirs(top: Path, folder: Path) -> None:
         if not stat_mode.S_ISDIR(st.st_mode):
             raise store.NotRegularFile(20, f"{at} is not a directory (or is a symbolic link)",
                                        str(at))
+
+
+def _entries_json(entries: Iterable[ResEntry]) -> bytes:
+    return orjson.dumps([[e.name, e.size, e.digest.hex(), e.stamp, e.origin] for e in entries])
+
+
+def _write_atomic(path: Path, blob: bytes) -> None:
+    # No fsync: a record lost to a power cut costs a rehash (and a sidecar version number
+    # taken from its mtime), never a wrong file.
+    tmp = path.with_name(path.name + ".tmp")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp.write_bytes(blob)
+    tmp.replace(path)
