@@ -33,6 +33,9 @@ RESOURCE_KINDS = frozenset({Kind.RSUM, Kind.RLIST, Kind.RHAVE, Kind.RREQ, Kind.R
 _CLAIMS = frozenset({Kind.RSUM, Kind.RHAVE, Kind.RDATA})
 MISSING_SHOWN = 5
 RESCAN_SECONDS = 5.0
+# Chunks a resource fetch keeps in flight: a few, beside the log's own fetch window, so that a
+# big blob does not fill a slow peer's broker queue (Mosquitto drops past it, positions too).
+RESOURCE_WINDOW_CHUNKS = 4
 
 
 class HubHost(ResourceHost, Protocol):
@@ -66,7 +69,8 @@ class ResourceHub:
         machine = ResourceMachine(config.node, rules,
                                   frozenset(writers) if writers is not None else None,
                                   chunk_bytes=config.chunk_bytes,
-                                  window=config.fetch_window_bytes,
+                                  window=min(config.fetch_window_bytes,
+                                             RESOURCE_WINDOW_CHUNKS * config.chunk_bytes),
                                   timeout=config.request_timeout)
         for node in config.peers:
             if node != config.node:  # presence heard before this key was found

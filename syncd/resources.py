@@ -54,10 +54,11 @@ DEFAULT_REPLACED = ("*.json", "*.view")
 # `<name>.json.<uuid>.tmp`) and syncd's own (`.<name>.syncd.tmp`) are never complete files.
 TEMP_PATTERNS = ("*.tmp",)
 MAX_FILE_BYTES = 32 << 20
-# Files fetched at once per instance: up to MAX_TRANSFERS, and past BIG_TRANSFERS only while
-# what they still need fits in one fetch window (many small files go in parallel, a few big
-# ones do not flood the broker's queues or the server's byte budget).
-BIG_TRANSFERS = 4
+# Files fetched at once per instance: one of any size, more (up to MAX_TRANSFERS) only while
+# what they all still need fits in one fetch window. Many small files go in parallel; big ones
+# keep at most a window in flight, as the log's fetch does: a broker drops what overflows a
+# client's queue (Mosquitto's max_queued_messages), positions included.
+BIG_TRANSFERS = 1
 MAX_TRANSFERS = 64
 SUM_INTERVAL = 10.0  # seconds between two summaries of an unchanged manifest
 ENTRIES_PER_ITEM = 2000

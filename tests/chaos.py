@@ -155,11 +155,17 @@ class Chaos:
     def __init__(self, root: Path, seed: int, big_line: int, partitions: bool = False,
                  nats: bool = False) -> None:
         self.rng = random.Random(seed)
+        # Its own: the resources written do not change which faults the seed picks.
+        self.res_rng = random.Random(seed + 1)
         self.summary = Summary(seed)
         self.big_line_size = big_line
         self.file = "events.jsonl"
         self.kinds = [k for k in MAIN_FAULTS if not (nats and k in BROKER_FAULTS)]
-        self.kinds += DIVERGENCE_FAULTS + RESOURCE_FAULTS
+        self.kinds += DIVERGENCE_FAULTS
+        if not (partitions or nats):
+            # Not in the partition and NATS modes: their seeds keep the fault sequences they
+            # had (resources are still written at every checkpoint there).
+            self.kinds += RESOURCE_FAULTS
         self.net: netns.Net | None = None
         self.cluster: NatsCluster | None = None
         self.broker: Broker | None = None
@@ -284,14 +290,14 @@ class Chaos:
 
     def resource_put(self) -> None:
         self.artifacts += 1
-        size = self.rng.choice([10, 5000, 300_000, 3 << 20])
-        data = self.rng.randbytes(size)
+        size = self.res_rng.choice([10, 5000, 300_000, 3 << 20])
+        data = self.res_rng.randbytes(size)
         name = f"shake-{self.artifacts}.log"
 
         def job(n: int) -> None:
             ref = put_artifact(self.instance, "shake", name, data, n=n)
             self.writer.write(shake_line(f"chaos-shake-{self.artifacts}", ref))
-            if self.rng.random() < 0.5:
+            if self.res_rng.random() < 0.5:
                 asset = put_asset(self.instance, f"img-{self.artifacts}", data[:999])
                 self.writer.write(image_line(f"chaos-img-{self.artifacts}", asset))
 
@@ -300,7 +306,7 @@ class Chaos:
     def resource_rewrite(self) -> None:
         blobs = sorted((self.instance / "resources" / "artifacts").glob("*/*.log"))
         if blobs:
-            blob = self.rng.choice(blobs)
+            blob = self.res_rng.choice(blobs)
             self.writer.do(lambda n: sidecar(blob, rewritten=n))
 
     def _put_again(self) -> None:
