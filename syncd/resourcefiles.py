@@ -148,7 +148,8 @@ class ResourceFiles:
         self._spawn(self._load())
 
     async def stop(self) -> None:
-        for t in list(self._tasks) + ([self._scan_task] if self._scan_task else []):
+        extra = [t for t in (self._scan_task, self._installer) if t is not None]
+        for t in list(self._tasks) + extra:
             t.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await t

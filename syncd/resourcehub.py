@@ -86,8 +86,9 @@ class ResourceHub:
         if item.file != frames.RESOURCES:
             self.dropped += 1
             return
-        if item.kind in _CLAIMS and not config.may_write(item.key, sender):
-            self.dropped += 1
+        if item.kind in _CLAIMS and (not config.may_write(item.key, sender)
+                                     or config.role_of(item.key) == "source"):
+            self.dropped += 1  # a `source` takes no remote files either (it serves them)
             return
         if isinstance(item.payload, frames.ResAsk):
             cost = item.payload.length
