@@ -108,6 +108,11 @@ class ResourceHub:
                 r.hint(path)
                 return
 
+    def look_everywhere(self) -> None:
+        """Hints were lost (an inotify queue overflow): scan every instance now."""
+        for r in self.files.values():
+            r.hint()
+
     def sweep(self) -> None:
         # Every file of every instance is stat'ed at most every RESCAN_SECONDS (or at every
         # sweep without inotify): hints find changes at once, this finds what they missed.
