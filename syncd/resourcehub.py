@@ -35,7 +35,7 @@ MISSING_SHOWN = 5
 RESCAN_SECONDS = 5.0
 # Chunks a resource fetch keeps in flight: a few, beside the log's own fetch window, so that a
 # big blob does not fill a slow peer's broker queue (Mosquitto drops past it, positions too).
-RESOURCE_WINDOW_CHUNKS = 4
+RESOURCE_WINDOW_CHUNKS = 8
 
 
 class HubHost(ResourceHost, Protocol):
