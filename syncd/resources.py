@@ -512,9 +512,12 @@ class ResourceMachine:
                 view.parts = {}
                 view.answered = view.asked
                 names = {e.name for e in whole}
+                gone = sorted(set(view.entries) - names)
                 view.entries = {n: e for n, e in view.entries.items() if n in names}
                 for e in whole:
                     self._heard(peer, view, e, now, out)
+                for name in gone:  # two peers that disagreed may agree now
+                    self._consider(name, now, out)
             case frames.ResAsk(name, digest, offset, length):
                 ours = self.local.get(name)
                 if ours is None or ours.digest != digest or offset > ours.size:
@@ -534,7 +537,7 @@ class ResourceMachine:
                 t = self.transfers.get(name)
                 if t is not None and t.peer == peer and t.entry.digest == digest:
                     self._drop(name, t, out)
-                    self._consider(name, now, out)
+                self._consider(name, now, out)
 
     def _maybe_list(self, peer: str, view: PeerView, now: float, out: list[Effect]) -> None:
         """Ask for a peer's whole manifest when its summary is neither ours nor one we were
