@@ -236,3 +236,26 @@ def test_missing_names_the_files_references_need() -> None:
     missing, unheld = m.missing(["artifact://t/x", "asset://i1", "asset://i2"])
     assert missing == ["artifacts/t/x.json", "assets/i1"]
     assert unheld == ["assets/i1.json", "assets/i2", "assets/i2.json"]
+
+
+def test_when_disagreeing_peers_agree_again_the_name_is_fetched() -> None:
+    m = machine()
+    m.handle(PeerPresence("c", True), 0)
+    have(m, ResEntry(BLOB, 1, sha(b"x")))
+    have(m, ResEntry(BLOB, 1, sha(b"y")), peer="c")
+    m.transfers.clear()
+    # c's whole manifest no longer holds it (moved away there): a's copy is fetched.
+    fx = m.handle(PeerItem("c", frames.res_have(True, (), 0, 1)), 5)
+    assert sends(fx, Kind.RREQ) == [Send(Kind.RREQ, frames.ResAsk(BLOB, sha(b"x"), 0, 1), "a")]
+
+
+def test_small_files_are_fetched_together_big_ones_one_at_a_time() -> None:
+    m = machine()  # window 8 bytes
+    small = [ResEntry(f"assets/s{i}", 2, sha(b"%d" % i)) for i in range(3)]
+    fx = have(m, *small)
+    assert len(sends(fx, Kind.RREQ)) == 3  # 2 + 2 + 2 bytes fit in one window
+    m2 = machine()
+    big = [ResEntry(f"assets/b{i}", 100, sha(b"%d" % i)) for i in range(3)]
+    fx = have(m2, *big)
+    assert len(sends(fx, Kind.RREQ)) == 1
+    assert m2.waiting == {"assets/b1", "assets/b2"}
