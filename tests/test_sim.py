@@ -50,7 +50,7 @@ def test_violations_name_the_seed_and_the_replay_command(monkeypatch: pytest.Mon
         run_seed(3)
 
 
-RESOURCE_SEEDS = 200  # ~6 s: resources/ histories (tests/sim/resworld.py)
+RESOURCE_SEEDS = 500  # ~6 s: resources/ histories (tests/sim/resworld.py)
 
 
 def test_resources_quick_mode_finds_no_violation() -> None:
@@ -68,26 +68,32 @@ def test_resources_quick_mode_finds_no_violation() -> None:
 
 def test_the_resource_simulator_sees_a_machine_that_overwrites(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """The invariants can fail: a machine that fetches over a differing write-once file is
-    caught (and seen as a conflict only after quiescence would be too late)."""
-    from syncd.resources import FileKind, ResourceMachine
+    """The invariants can fail: a machine that fetches a peer's other bytes over a write-once
+    file (and has the shell replace it) is caught by the simulator."""
+    from syncd.frames import ResEntry
+    from syncd.resources import ResourceMachine, Transfer
     from tests.sim import resworld
 
-    def overwrite(self: ResourceMachine, name: str) -> None:
-        if self.rules.kind(name) is FileKind.ONCE:
-            self.local.pop(name, None)  # forget ours: the peer's bytes are fetched over it
+    def fetch_over(self: ResourceMachine, name: str, now: float, out: list[object]) -> None:
+        ours = self.local.get(name)
+        for peer, view in sorted(self.peers.items()):
+            theirs = view.entries.get(name)
+            if (ours is not None and theirs is not None and theirs.digest != ours.digest
+                    and view.online and name not in self.transfers):
+                self._start(Transfer(theirs, peer), now, out)  # type: ignore[arg-type]
+                return
 
-    original = ResourceMachine._consider
+    def expect_any(self: ResourceMachine, name: str) -> ResEntry | None:
+        return self.local.get(name)
 
-    def broken(self: ResourceMachine, name: str, now: float, out: list[object]) -> None:
-        overwrite(self, name)
-        original(self, name, now, out)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(ResourceMachine, "_consider", broken)
-    caught = 0
-    for seed in range(40):
+    monkeypatch.setattr(ResourceMachine, "_consider", fetch_over)
+    monkeypatch.setattr(ResourceMachine, "_expect", expect_any)
+    caught = None
+    for seed in range(200):
         try:
             resworld.run_seed(seed)
-        except Violation:
-            caught += 1
-    assert caught
+        except resworld.Violation as v:
+            if "changed bytes" in str(v) or "install write-once" in str(v):
+                caught = str(v)
+                break
+    assert caught is not None
