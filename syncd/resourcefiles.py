@@ -140,6 +140,7 @@ class ResourceFiles:
         self._ready: list[Install] = []  # checked, durable temp files waiting to be put
         self._installer: asyncio.Task[None] | None = None
         self.installed = 0
+        self.scanned_at = -1e18  # when the last scan started (monotonic)
         self.served_bytes = 0
 
     # -- lifetime ---------------------------------------------------------------------------
@@ -230,7 +231,8 @@ class ResourceFiles:
     def sweep(self, rescan: bool) -> None:
         """The node's sweep: timers, and (`rescan`) the safety net under inotify's hints."""
         if self.loaded:
-            self.deliver(Tick())
+            if self.machine.due(time.monotonic()):
+                self.deliver(Tick())
             if rescan:
                 self.hint()
 
@@ -242,6 +244,7 @@ class ResourceFiles:
                 return
 
     async def _scan(self) -> None:
+        self.scanned_at = time.monotonic()
         async with self._lock:
             events = await asyncio.to_thread(self._scan_files, set(self.machine.local))
         for event in events:

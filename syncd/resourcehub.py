@@ -33,6 +33,7 @@ RESOURCE_KINDS = frozenset({Kind.RSUM, Kind.RLIST, Kind.RHAVE, Kind.RREQ, Kind.R
 _CLAIMS = frozenset({Kind.RSUM, Kind.RHAVE, Kind.RDATA})
 MISSING_SHOWN = 5
 RESCAN_SECONDS = 5.0
+RESCAN_BATCH = 64
 # Chunks a resource fetch keeps in flight: a few, beside the log's own fetch window, so that a
 # big blob does not fill a slow peer's broker queue (Mosquitto drops past it, positions too).
 RESOURCE_WINDOW_CHUNKS = 8
@@ -51,7 +52,6 @@ class ResourceHub:
         self.host = host
         self.files: dict[str, ResourceFiles] = {}
         self.dropped = 0  # items refused here (wrong file, not a writer, over budget)
-        self._rescanned = -RESCAN_SECONDS
 
     def ensure(self, key: str) -> ResourceFiles | None:
         r = self.files.get(key)
@@ -114,14 +114,16 @@ class ResourceHub:
             r.hint()
 
     def sweep(self) -> None:
-        # Every file of every instance is stat'ed at most every RESCAN_SECONDS (or at every
-        # sweep without inotify): hints find changes at once, this finds what they missed.
+        # Timers of the instances with work; and every file of every instance stat'ed at most
+        # every RESCAN_SECONDS (every sweep without inotify), RESCAN_BATCH instances per sweep
+        # at most: hints find changes at once, this finds what they missed.
         now = time.monotonic()
-        rescan = not self.host.config.watch or now - self._rescanned >= RESCAN_SECONDS
-        if rescan:
-            self._rescanned = now
+        every = 0.0 if not self.host.config.watch else RESCAN_SECONDS
+        stale = [r for r in self.files.values() if now - r.scanned_at >= every]
+        stale.sort(key=lambda r: r.scanned_at)
+        rescan = {id(r) for r in stale[:RESCAN_BATCH]}
         for r in list(self.files.values()):
-            r.sweep(rescan)
+            r.sweep(id(r) in rescan)
 
     def connected(self) -> None:
         for r in self.files.values():

@@ -376,6 +376,14 @@ class ResourceMachine:
     def frozen(self, name: str) -> bool:
         return any(c.name == name for c in self.conflicts())
 
+    def due(self, now: float) -> bool:
+        """Whether a Tick would do anything: the sweep ticks only instances with work, so an
+        idle host with many instances costs a check per instance, not a pass over names."""
+        if self.transfers or self.waiting or now - self._sum_at >= SUM_INTERVAL:
+            return True
+        return any(v.online and v.heard is not None and v.heard not in (self.digest, v.answered)
+                   and now - v.asked_at >= self.timeout for v in self.peers.values())
+
     def missing(self, refs: Iterable[str]) -> tuple[list[str], list[str]]:
         """Of the files the references need: (missing here, held by no host we know of).
 

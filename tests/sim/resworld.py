@@ -249,7 +249,8 @@ class ResWorld:
         for h in self.hosts.values():
             if h.alive:
                 self.scan(h)
-                self.deliver(h, Tick())
+                if h.machine is not None and h.machine.due(self.now):  # as the shell does
+                    self.deliver(h, Tick())
         self.at(self.now + 0.5, self.sweep)
 
     # -- what writers and faults do ---------------------------------------------------------
