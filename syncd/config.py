@@ -16,6 +16,7 @@ from syncd.budget import Limits
 from syncd.errors import SyncdError
 from syncd.identity import parse_public
 from syncd.names import is_valid_name, key_problem, part_problem, printable
+from syncd.resources import Rules
 from syncd.roots import Layout, RootSpec
 
 
@@ -68,6 +69,7 @@ class KeyConfig:
     files: tuple[str, ...]
     role: str = "symmetric"
     writers: tuple[str, ...] | None = None  # None: every listed host
+    resources: Rules | None = field(default_factory=Rules)  # None: resources/ not replicated
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,7 @@ class Config:
     # daemon's own user; `status` is for anyone who can open the socket.
     admin_group: str = "syncd-admin"
     limits: Limits = field(default_factory=Limits)  # serving peers: syncd/budget.py
+    resources: Rules | None = field(default_factory=Rules)  # [resources]; None: disabled
     source: Path | None = None
 
     def wants_key(self, key: str) -> bool:
@@ -122,6 +125,11 @@ class Config:
         """symmetric (default), source (never takes remote bytes) or replica (never ships)."""
         k = self.keys.get(key)
         return k.role if k else self.role
+
+    def resources_of(self, key: str) -> Rules | None:
+        """Which files of the key's resources/ replicate, by which rule (None: none)."""
+        k = self.keys.get(key)
+        return k.resources if k else self.resources
 
     def may_write(self, key: str, node: str) -> bool:
         """Whether bytes (and positions) of `node` count for `key`: its `writers`, if set."""
@@ -163,14 +171,15 @@ _TOP = {
     "include", "exclude",
     "chunk_bytes", "fetch_window_bytes", "sweep_interval", "scrub_bytes_per_second",
     "scrub_interval", "persist_interval", "request_timeout", "mqtt", "keys", "role", "watch",
-    "metrics", "roots", "admin_group", "limits",
+    "metrics", "roots", "admin_group", "limits", "resources",
 }
 _MQTT = {
     "host", "port", "brokers", "topic_prefix", "client_id", "username", "password_file",
     "keepalive", "reconnect_min", "reconnect_max", "tls", "tls_ca_file", "tls_cert_file",
     "tls_key_file", "subscribe_qos", "max_queued_bytes",
 }
-_KEY = {"files", "role", "writers"}
+_KEY = {"files", "role", "writers", "resources"}
+_RESOURCES = {"enabled", "include", "exclude", "replaced", "max_file_bytes"}
 _LIMITS = {"requests_per_second", "request_burst", "bytes_per_second", "byte_burst"}
 _GROUP = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?")
 _PREFIX = re.compile(r"[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*")
@@ -349,6 +358,7 @@ def parse_config(data: dict[str, Any], path: Path, text: str = "") -> Config:
         if (problem := part_problem(f)) is not None:
             raise top.error("files", f"'{printable(f)}' is not a plain file name inside the key "
                                      f"directory: {problem}")
+    resources = _resources(top, data.get("resources", {}), path, text, "resources", Rules())
     keys_table = data.get("keys", {})
     if not isinstance(keys_table, dict):
         raise top.error("keys", "must be a table of tables ([keys.<name>])")
@@ -370,8 +380,10 @@ def parse_config(data: dict[str, Any], path: Path, text: str = "") -> Config:
             for w in writers:
                 if not is_valid_name(w):
                     raise k.error("writers", f"{w!r} is not a node name")
+        key_resources = _resources(k, table.get("resources", {}), path, text,
+                                   f"keys.{name}.resources", resources)
         keys[name] = KeyConfig(files=key_files, role=k.choice("role", role, ROLES),
-                               writers=writers)
+                               writers=writers, resources=key_resources)
 
     chunk = top.integer("chunk_bytes", 256 * 1024, 4096, 16 * 1024 * 1024)
     return Config(
@@ -399,6 +411,7 @@ def parse_config(data: dict[str, Any], path: Path, text: str = "") -> Config:
         metrics=metrics,
         admin_group=admin_group,
         limits=limits,
+        resources=resources,
         source=path,
     )
 
@@ -510,6 +523,28 @@ def _metrics(top: _Reader, m: _Reader) -> MetricsConfig:
         raise m.error("listen", f"must be HOST:PORT such as 127.0.0.1:9464 or [::1]:9464, "
                                 f"got {listen!r}")
     return MetricsConfig(found.group(1).strip("[]"), int(found.group(2)))
+
+
+def _resources(parent: _Reader, table: Any, path: Path, text: str, dotted: str,
+               default: Rules | None) -> Rules | None:
+    """[resources] (or [keys."k".resources], whose defaults are [resources])."""
+    if not isinstance(table, dict):
+        raise parent.error("resources", "must be a table ([resources])")
+    r = _Reader(path, text, table, dotted)
+    r.check_known(_RESOURCES)
+    base = default or Rules()
+    if not r.flag("enabled", default is not None):
+        return None
+    globs = {}
+    for name in ("include", "exclude", "replaced"):
+        globs[name] = r.globs(name, getattr(base, name))
+        for g in globs[name]:
+            if g.startswith("/") or ".." in g.split("/"):
+                raise r.error(name, f"{g!r}: patterns are relative to resources/ "
+                                    "(no leading '/', no '..')")
+    return Rules(include=globs["include"], exclude=globs["exclude"],
+                 replaced=globs["replaced"],
+                 max_file_bytes=r.integer("max_file_bytes", base.max_file_bytes, 0, 1 << 40))
 
 
 def _limits(top: _Reader, lim: _Reader) -> Limits:

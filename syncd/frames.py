@@ -51,7 +51,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from syncd.errors import SyncdError
 from syncd.identity import SIGNATURE_SIZE, Identity, verify
 from syncd.ledger import DIGEST_SIZE
-from syncd.names import file_problem, key_problem
+from syncd.names import file_problem, key_problem, part_problem, printable
 
 VERSION = 3
 PREAMBLE = b"sd\x03"
@@ -78,6 +78,13 @@ class Kind(Enum):
     REFUSE = "refuse"
     PROBE = "probe"
     PROBED = "probed"
+    # An instance's resources/ files (resources.py); key = the instance, file = RESOURCES.
+    RSUM = "rsum"
+    RLIST = "rlist"
+    RHAVE = "rhave"
+    RREQ = "rreq"
+    RDATA = "rdata"
+    RREFUSE = "rrefuse"
 
 
 class Channel(Enum):
@@ -89,14 +96,20 @@ class Channel(Enum):
     TO = "t"
 
 
-_ADDRESSED = {Kind.REQ, Kind.FILL, Kind.REFUSE, Kind.PROBE, Kind.PROBED}
-_WITH_BODY = {Kind.LIVE, Kind.FILL, Kind.PROBED}
+_ADDRESSED = {Kind.REQ, Kind.FILL, Kind.REFUSE, Kind.PROBE, Kind.PROBED,
+              Kind.RLIST, Kind.RHAVE, Kind.RREQ, Kind.RDATA, Kind.RREFUSE}
+_WITH_BODY = {Kind.LIVE, Kind.FILL, Kind.PROBED, Kind.RHAVE, Kind.RDATA}
 _CHANNEL_KINDS = {
     Channel.PRESENCE: {Kind.NODE},
     Channel.POSITION: {Kind.POS},
-    Channel.ALL: {Kind.LIVE, Kind.POS},
+    # A manifest's summary, and the entries a host just got, go to everyone; a full
+    # manifest (RHAVE) goes to the host that asked for it.
+    Channel.ALL: {Kind.LIVE, Kind.POS, Kind.RSUM, Kind.RHAVE},
     Channel.TO: _ADDRESSED,
 }
+RESOURCES = "resources"  # the `file` of every resource item: the instance's resources/ tree
+MAX_RESOURCE_NAME = 1024
+MAX_ENTRIES_BODY = 1 << 20
 
 
 def channel_of(kind: Kind, to: str = "") -> Channel:
@@ -104,6 +117,8 @@ def channel_of(kind: Kind, to: str = "") -> Channel:
         return Channel.PRESENCE
     if kind is Kind.POS:
         return Channel.POSITION
+    if kind in (Kind.RSUM, Kind.RHAVE) and not to:
+        return Channel.ALL
     if kind in _ADDRESSED:
         if not to:
             raise ValueError(f"a {kind.value} item needs an addressee")
@@ -300,7 +315,86 @@ class Probed:
     data: bytes
 
 
-Payload = Presence | Announce | Data | Request | Refuse | Probe | Probed
+@dataclass(frozen=True, slots=True)
+class ResEntry:
+    """One complete file of a manifest: its name under resources/, size, SHA-256, and for a
+    replaced file (a sidecar) its version (stamp, origin): a Lamport count and the host
+    whose local write made it (0 and "" for a write-once file)."""
+
+    name: str
+    size: int
+    digest: bytes
+    stamp: int = 0
+    origin: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ResSum:
+    """'My manifest of this instance's resources has `count` entries and digest `digest`.'"""
+
+    digest: bytes
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class ResList:
+    """'Send me your whole manifest (I heard digest `digest`).'"""
+
+    digest: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ResHave:
+    """Manifest entries: what changed, or (`full`, addressed) part `part` of the `parts` that
+    make up the whole manifest, which replaces what the receiver knew of the sender's."""
+
+    full: bool
+    entries: tuple[ResEntry, ...]
+    data: bytes = b""  # the encoded entries (the item's body), made by res_have()
+    part: int = 0
+    parts: int = 1
+
+
+def res_have(full: bool, entries: tuple[ResEntry, ...], part: int = 0,
+             parts: int = 1) -> ResHave:
+    body = orjson.dumps([[e.name, e.size, e.digest.hex(), e.stamp, e.origin] for e in entries])
+    return ResHave(full, entries, body, part, parts)
+
+
+@dataclass(frozen=True, slots=True)
+class ResAsk:
+    """'Send me bytes [offset, offset + length) of `name`, the version with digest `digest`.'"""
+
+    name: str
+    digest: bytes
+    offset: int
+    length: int
+
+
+@dataclass(frozen=True, slots=True)
+class ResChunk:
+    """Bytes of `name` (the version with digest `digest`, `size` bytes in all) at `offset`."""
+
+    name: str
+    digest: bytes
+    size: int
+    offset: int
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ResRefuse:
+    """'I do not serve `name` with digest `digest`': `held` is the digest of what I hold
+    under that name (absent: nothing), `reason` says why in words."""
+
+    name: str
+    digest: bytes
+    held: bytes | None
+    reason: str
+
+
+Payload = (Presence | Announce | Data | Request | Refuse | Probe | Probed | ResSum | ResList
+           | ResHave | ResAsk | ResChunk | ResRefuse)
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,6 +455,23 @@ def _item_header(item: Item) -> tuple[dict[str, Any], bytes]:
         case Probed(what, start, size, data):
             header = {"what": what.value, "start": start, "size": size}
             body = data
+        case ResSum(digest, count):
+            header = {"digest": digest.hex(), "count": count}
+        case ResList(digest):
+            header = {"digest": digest.hex()}
+        case ResHave(full, entries, data, part, parts):
+            header = {"full": full}
+            if full:
+                header.update(part=part, parts=parts)
+            body = data or res_have(full, entries).data
+        case ResAsk(name, digest, offset, length):
+            header = {"name": name, "digest": digest.hex(), "offset": offset, "length": length}
+        case ResChunk(name, digest, size, offset, data):
+            header = {"name": name, "digest": digest.hex(), "size": size, "offset": offset}
+            body = data
+        case ResRefuse(name, digest, held, reason):
+            header = {"name": name, "digest": digest.hex(),
+                      "held": held.hex() if held is not None else None, "reason": reason}
     header["k"] = item.kind.value
     if item.kind is not Kind.NODE:
         header["key"] = item.key
@@ -478,7 +589,7 @@ def _item(raw: dict[str, Any], body: memoryview, at: int, max_data: int,
     data = b""
     if kind in _WITH_BODY:
         n = _count(raw, "n")
-        if n > max_data:
+        if n > (max(max_data, MAX_ENTRIES_BODY) if kind is Kind.RHAVE else max_data):
             raise FrameError(f"data item of {n} bytes exceeds {max_data}")
         if at + n > len(body):
             raise FrameError("item bytes past the end of the frame")
@@ -525,6 +636,31 @@ def _payload(kind: Kind, header: dict[str, Any], body: bytes) -> Payload:
             return Probed(_what(header), _count(header, "start"), _count(header, "size"), body)
         case Kind.REFUSE:
             return Refuse(_count(header, "offset"), _digest(header, "digest"))
+        case Kind.RSUM:
+            return ResSum(_digest(header, "digest"), _count(header, "count"))
+        case Kind.RLIST:
+            return ResList(_digest(header, "digest"))
+        case Kind.RHAVE:
+            full = _bool(header, "full")
+            part, parts = (_count(header, "part"), _count(header, "parts")) if full else (0, 1)
+            if not part < parts:
+                raise FrameError("field 'part' must be below 'parts'")
+            return ResHave(full, _entries(body), body, part, parts)
+        case Kind.RREQ:
+            return ResAsk(_res_name(header), _digest(header, "digest"), _count(header, "offset"),
+                          _count(header, "length"))
+        case Kind.RDATA:
+            if not body:
+                raise FrameError("data frame without data")
+            return ResChunk(_res_name(header), _digest(header, "digest"), _count(header, "size"),
+                            _count(header, "offset"), body)
+        case Kind.RREFUSE:
+            held = header.get("held")
+            reason = header.get("reason")
+            if not isinstance(reason, str) or len(reason) > 500:
+                raise FrameError("field 'reason' must be a short string")
+            return ResRefuse(_res_name(header), _digest(header, "digest"),
+                             None if held is None else _digest(header, "held"), reason)
     raise FrameError(f"unhandled kind {kind}")  # pragma: no cover
 
 
@@ -558,3 +694,43 @@ def _digest(header: dict[str, Any], name: str) -> bytes:
         return bytes.fromhex(value)
     except ValueError:
         raise FrameError(f"field {name!r} is not hex") from None
+
+
+def resource_name_problem(name: str) -> str | None:
+    """Why `name` cannot be a file's path under resources/ (None: it can): a relative path
+    of plain names, so that no peer can make this host write outside the tree."""
+    if not name or len(name) > MAX_RESOURCE_NAME:
+        return f"empty or longer than {MAX_RESOURCE_NAME} characters"
+    if name.startswith("/"):
+        return "absolute"
+    for part in name.split("/"):
+        if (problem := part_problem(part)) is not None:
+            return f"component {printable(part)!r}: {problem}"
+    return None
+
+
+def _res_name(header: dict[str, Any]) -> str:
+    name = header.get("name")
+    if not isinstance(name, str):
+        raise FrameError("field 'name' must be a string")
+    if (problem := resource_name_problem(name)) is not None:
+        raise FrameError(f"unusable resource name: {problem}")
+    return name
+
+
+def _entries(body: bytes) -> tuple[ResEntry, ...]:
+    try:
+        raw = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise FrameError("manifest entries are not JSON") from None
+    if not isinstance(raw, list) or len(raw) > MAX_ITEMS * 16:
+        raise FrameError("manifest entries must be a list")
+    out = []
+    for e in raw:
+        if not (isinstance(e, list) and len(e) == 5 and isinstance(e[0], str)
+                and isinstance(e[2], str) and isinstance(e[4], str) and len(e[4]) <= 128):
+            raise FrameError("a manifest entry must be [name, size, sha256, stamp, origin]")
+        fields = {"size": e[1], "stamp": e[3], "digest": e[2], "name": e[0]}
+        out.append(ResEntry(_res_name(fields), _count(fields, "size"), _digest(fields, "digest"),
+                            _count(fields, "stamp"), e[4]))
+    return tuple(out)

@@ -118,12 +118,27 @@ def families(status: Status) -> list[Metric]:
     for peer, b in status.get("peer_budgets", {}).items():
         requests.add_metric([peer, "served"], b["served_requests"])
         requests.add_metric([peer, "dropped"], b["dropped_requests"])
+    res = status.get("resources", [])
+    conflicts = GaugeMetricFamily(
+        "syncd_resource_conflicts", "write-once resource files whose bytes differ from a peer's "
+        "copy (frozen, shown in status)", labels=["key"])
+    missing = GaugeMetricFamily(
+        "syncd_missing_resources", "resource files the log references that this host lacks",
+        labels=["key", "file"])
+    res_files = GaugeMetricFamily("syncd_resource_files", "complete resource files held",
+                                  labels=["key"])
+    for r in res:
+        conflicts.add_metric([r["key"]], len(r["conflicts"]))
+        res_files.add_metric([r["key"]], r["files"])
+    for f in status.get("files", []):
+        missing.add_metric([f["key"], f["file"]], f.get("missing_resources", 0))
     build = GaugeMetricFamily("syncd_build_info", "always 1; the labels say what runs",
                               labels=["version", "python"])
     build.add_metric([__version__, platform.python_version()], 1)
     return [build, connected, reconnects, info, switches, queued, dropped, rejected, online,
             by_state, diverged, unreplicated, size, ready, behind, lag, lag_s, requests,
-            *counters.values(), *traffic(status.get("telemetry", {}))]
+            conflicts, missing, res_files, *counters.values(),
+            *traffic(status.get("telemetry", {}))]
 
 
 def traffic(t: Mapping[str, Any]) -> list[Metric]:

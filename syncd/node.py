@@ -17,7 +17,7 @@ import itertools
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,7 @@ from syncd.names import printable
 from syncd.outbox import Outbox
 from syncd.persist import RecordStore
 from syncd.replica import Replica
+from syncd.resourcehub import RESOURCE_KINDS, ResourceHub
 from syncd.retained import RetainPacer
 from syncd.roots import MAX_DEPTH, KeyPathError
 from syncd.scrub import scrub_forever
@@ -137,6 +138,7 @@ class Node:
         self.telemetry = Telemetry(time.monotonic())
         self._chores: set[asyncio.Task[None]] = set()  # referenced until done (asyncio docs)
         self.budgets = Budgets(config.limits)  # what each peer's requests may cost us
+        self.resources = ResourceHub(self)  # each instance's resources/ (resourcehub.py)
 
     # --- Host protocol for replicas ---------------------------------------------------------
 
@@ -156,7 +158,7 @@ class Node:
             else:
                 self._retain_later()
             return
-        if kind is Kind.LIVE:
+        if not to:  # live bytes, and resource summaries and changes: for everyone
             self._outbox.add(frames.all_topic(self._prefix, self.node), "", item)
         else:
             self._outbox.add(frames.to_topic(self._prefix, to, self.node), to, item)
@@ -248,6 +250,9 @@ class Node:
     def connected_since(self) -> float | None:
         return self._connected_at if self.link.connected.is_set() else None
 
+    def missing_resources(self, key: str, refs: Iterable[str]) -> tuple[list[str], int, int]:
+        return self.resources.missing(key, refs)
+
     def durable(self, key: str, file: str, size: int) -> None:
         self.telemetry.durable(key, file, size, time.time(), time.monotonic())
         for hook in self._durable_hooks:
@@ -334,6 +339,7 @@ class Node:
                     await t
             for r in self.replicas.values():
                 await r.stop()
+            await self.resources.stop()
             self.records.flush()  # what the worker had not written yet (files not stopped)
             await self.syncer.close()
             with contextlib.suppress(FileNotFoundError):
@@ -398,6 +404,7 @@ class Node:
                     log.info("reload: %s role %s -> %s", r.name, r.machine.role,
                              config.role_of(key))
                     r.set_role(config.role_of(key))
+        self.resources.configure(config)
         before = len(self.replicas)
         self._refused.clear()
         self._scanner = self._new_scanner(config)
@@ -443,6 +450,7 @@ class Node:
                 r.start()
             finally:
                 logs.FIELDS.reset(token)
+            self.resources.ensure(key)
             chore = asyncio.get_running_loop().create_task(self._after_load(r))
             self._chores.add(chore)
             chore.add_done_callback(self._chores.discard)
@@ -516,6 +524,8 @@ class Node:
             if root.path.joinpath(*parts[:depth]) in self._scanner.leaves:
                 if depth == len(parts):  # an instance's directory itself (moved, deleted)
                     self._hint_below(root.path.joinpath(*parts), gone)
+                else:
+                    self.resources.hint(root.path.joinpath(*parts[:depth]), path)
                 return  # inside an instance: resources/, workspace/, ... are no instances
         if len(parts) > MAX_DEPTH + 1:
             return  # below the depth where instances are looked for
@@ -528,6 +538,7 @@ class Node:
         self._discover_soon()
         for r in self.replicas.values():
             r.hint_local()
+        self.resources.look_everywhere()
 
     def _hint_below(self, folder: Path, gone: bool) -> None:
         """A directory moved or deleted: look again at every replica below it."""
@@ -568,6 +579,7 @@ class Node:
             if cursor >= len(replicas):
                 cursor = 0
                 rounds += 1
+            self.resources.sweep()
 
     # --- the link ---------------------------------------------------------------------------
 
@@ -576,6 +588,7 @@ class Node:
         self._retain.forget()  # the broker may have lost them: every file's next goes at once
         for r in self.replicas.values():
             r.reconnected()
+        self.resources.connected()
 
     def _on_message(self, topic: str, payload: bytes) -> None:
         if not payload:
@@ -612,6 +625,9 @@ class Node:
             self._deliver(sender, frame, item)
 
     def _deliver(self, sender: str, frame: frames.Frame, item: frames.Item) -> None:
+        if item.kind in RESOURCE_KINDS:
+            self.resources.deliver(sender, item)
+            return
         event = _event(item.kind, sender, item.payload)
         if event is None:
             return
@@ -669,6 +685,7 @@ class Node:
             self._retain_due(everything=True)  # it has just read our retained positions
         for each in self.replicas.values():
             each.deliver(PeerOnline(node, online))
+        self.resources.presence(node, online)
 
     def _unlist(self, node: str) -> None:
         """A node removed from [peers]: drop it from presence, every file and the metrics."""
@@ -727,6 +744,7 @@ class Node:
             "peer_budgets": self.budgets.status(),
             "uptime_s": round(time.time() - self.started, 1),
             "files": files,
+            "resources": self.resources.status(),
             # Directories that would be instances but cannot be replicated: `syncd status`
             # shows each as state "error" with its reason.
             "skipped": skipped,

@@ -240,6 +240,11 @@ class Facts:
     note: str | None = None  # a local edit noticed (status "note")
     peers: tuple[PeerFacts, ...] = ()
     node: str = ""  # this host's name, as the peers name it in their divergences
+    # Files under resources/ that the log references and this host lacks (resources.py
+    # ResourceMachine.missing), referenced files no host holds, and write-once conflicts.
+    missing_resources: tuple[str, ...] = ()
+    unheld_resources: int = 0
+    resource_conflicts: int = 0
 
 
 @dataclass(frozen=True)
@@ -266,7 +271,9 @@ def decide(f: Facts) -> Verdict:
     its copy reset or diverged (from anyone), and we have not diverged from any; a peer that
     was writing when it went offline has been offline for WRITER_SETTLE seconds; we are
     connected to the broker and have been for PEERS_SETTLE seconds; the log checks read the
-    whole copy (or all but bytes that arrived within CHECK_GRACE) and found no problem.
+    whole copy (or all but bytes that arrived within CHECK_GRACE) and found no problem; every
+    resource file the log references (an artifact, or an asset some host holds) is here, and
+    no write-once resource differs from a peer's copy.
     """
     why: list[str] = []
     notes: list[str] = []
@@ -320,12 +327,30 @@ def decide(f: Facts) -> Verdict:
                 notes.append(f"{p.name} offline{_since(p.offline_since)}: what it wrote after "
                              "that is not here")
     _log_check(f, why, notes)
+    _resources(f, why, notes)
     if f.role == "replica":
         notes.append("role 'replica': a local write freezes this file; change the role before "
                      "moving the bot here")
     if f.note is not None:
         notes.append(f.note)
     return Verdict(not why, why, notes)
+
+
+MISSING_SHOWN = 5
+
+
+def _resources(f: Facts, why: list[str], notes: list[str]) -> None:
+    if f.missing_resources:
+        names = ", ".join(f.missing_resources[:MISSING_SHOWN])
+        more = len(f.missing_resources) - MISSING_SHOWN
+        why.append(f"{len(f.missing_resources)} resource file(s) the log references are not "
+                   f"here: {names}" + (f" and {more} more" if more > 0 else ""))
+    if f.resource_conflicts:
+        why.append(f"{f.resource_conflicts} write-once resource file(s) differ from a peer's "
+                   "copy (see resources.conflicts): which copy is right is not decided yet")
+    if f.unheld_resources:
+        notes.append(f"{f.unheld_resources} asset file(s) the log references are held by no "
+                     "host (never fetched by the writer)")
 
 
 def _log_check(f: Facts, why: list[str], notes: list[str]) -> None:

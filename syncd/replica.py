@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import errno
 import logging
 import os
 import time
 from collections import deque
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol
 
@@ -70,7 +72,7 @@ from syncd.machine import (
     Tuning,
 )
 from syncd.persist import RecordStore
-from syncd.readiness import Facts, IncrementalVerifier, PeerFacts, decide
+from syncd.readiness import MISSING_SHOWN, Facts, IncrementalVerifier, PeerFacts, decide
 
 log = logging.getLogger("syncd.replica")
 
@@ -107,6 +109,9 @@ class Host(Protocol):
     def is_listed(self, node: str) -> bool: ...
 
     def connected_since(self) -> float | None: ...
+
+    def missing_resources(self, key: str, refs: Iterable[str]) -> tuple[list[str], int, int]:
+        ...
 
 
 class Replica:
@@ -500,6 +505,10 @@ class Replica:
                     disputes_since=v.disputes_since)
                 for node, v in sorted(m.peers.items())),
         )
+        missing, unheld, conflicts = host.missing_resources(
+            self.key, self.verifier.checker.references())
+        facts = dataclasses.replace(facts, missing_resources=tuple(missing),
+                                    unheld_resources=unheld, resource_conflicts=conflicts)
         verdict = decide(facts)
         peers = out["peers"]
         assert isinstance(peers, dict)
@@ -514,6 +523,8 @@ class Replica:
             ready=verdict.ready,
             not_ready=verdict.not_ready,
             notes=verdict.notes,
+            missing_resources=len(missing),
+            missing_resources_first=missing[:MISSING_SHOWN],
             log_check={"bytes": self.verifier.size, "read": self.verifier.bytes_read,
                        "clean": report.clean if report else None,
                        "problems": dict(report.problem_counts) if report else {}},

@@ -73,10 +73,13 @@ from typing import Any
 
 import orjson
 
-STATE_VERSION = 2
+from syncd.refs import line_refs
+
+STATE_VERSION = 3
 
 # Enough to act on; a file with more bad lines than this is broken as a whole.
 MAX_LISTED = 1000
+MAX_REFS = 200_000  # resource references remembered (readiness checks each one)
 
 TURN_START = "turn.start"
 TURN_TERMINALS = ("turn.done", "turn.failed", "turn.aborted")
@@ -110,6 +113,7 @@ class ProblemKind(StrEnum):
     ENTRY_AFTER_TURN_END = "entry_after_turn_end"
     UNPAIRED_TOOL_CALL = "unpaired_tool_call"
     MISSING_ANCHOR = "missing_anchor"
+    MISSING_RESOURCE = "missing_resource"
     TORN_TAIL = "torn_tail"
 
 
@@ -126,6 +130,7 @@ class Problem:
     turn_id: str | None = None
     tool_call_id: str | None = None
     anchor: str | None = None
+    reference: str | None = None  # missing_resource: the artifact:// or asset:// reference
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -134,7 +139,7 @@ class Problem:
             "offset": self.offset,
             "message": self.message,
         }
-        for name in ("detail", "turn_id", "tool_call_id", "anchor"):
+        for name in ("detail", "turn_id", "tool_call_id", "anchor", "reference"):
             value = getattr(self, name)
             if value is not None:
                 out[name] = value
@@ -170,6 +175,7 @@ class Report:
     # allows, by type, and the turn in progress at the tail.
     late_projections: Mapping[str, int] = dataclasses.field(default_factory=dict)
     turn_in_progress: TurnInProgress | None = None
+    extra_notes: tuple[str, ...] = ()
 
     @property
     def clean(self) -> bool:
@@ -186,6 +192,7 @@ class Report:
         for kind, count in self.late_projections.items():
             out.append(f"late {kind} entries: {count} (written after their turn ended, "
                        "as the seed allows)")
+        out.extend(self.extra_notes)
         return out
 
     @property
@@ -345,6 +352,8 @@ class LogChecker:
         self._anchors: list[_AnchorSite] = []
         self._recorded: list[Problem] = []
         self._recorded_counts: dict[str, int] = {}
+        # resource reference (refs.py) -> [line, offset] where it first appears
+        self._refs: dict[str, list[int]] = {}
 
     # -- feeding ---------------------------------------------------------------------------
 
@@ -380,6 +389,10 @@ class LogChecker:
             else:
                 if type(entry) is dict:
                     self._check_entry(entry, number, offset)
+                    if b"://" in raw:
+                        for ref in line_refs(raw, entry):
+                            if ref not in self._refs and len(self._refs) < MAX_REFS:
+                                self._refs[ref] = [number, offset]
                 else:
                     kind = _json_kind(entry)
                     self._record(
@@ -573,6 +586,11 @@ class LogChecker:
             if not waiting:
                 del self._tool_calls[call_id]
 
+    def references(self) -> dict[str, tuple[int, int]]:
+        """Every resource reference read so far (artifact://, asset://), in the order of
+        first appearance, with the line number and offset of that appearance."""
+        return {ref: (at[0], at[1]) for ref, at in self._refs.items()}
+
     # -- reporting -------------------------------------------------------------------------
 
     def report(self) -> Report:
@@ -707,6 +725,7 @@ class LogChecker:
             "anchors": self._anchors,
             "recorded": [problem.to_json() for problem in self._recorded],
             "recorded_counts": self._recorded_counts,
+            "refs": self._refs,
         }
         return orjson.dumps(state)
 
@@ -746,8 +765,23 @@ class LogChecker:
                 turn_id=p.get("turn_id"),
                 tool_call_id=p.get("tool_call_id"),
                 anchor=p.get("anchor"),
+                reference=p.get("reference"),
             )
             for p in state["recorded"]
         ]
         checker._recorded_counts = state["recorded_counts"]
+        checker._refs = {str(k): [v[0], v[1]] for k, v in state["refs"].items()}
         return checker
+
+
+def with_problems(report: Report, extra: list[Problem], notes: list[str]) -> Report:
+    """`report` with problems found outside the log (missing resource files) and notes."""
+    counts = dict(report.problem_counts)
+    for p in extra:
+        counts[p.kind] = counts.get(p.kind, 0) + 1
+    listed = sorted([*report.problems, *extra[:MAX_LISTED]],
+                    key=lambda p: (p.line, _KIND_ORDER[p.kind], p.message))
+    return dataclasses.replace(
+        report, problems=tuple(listed),
+        problem_counts={str(k): counts[k] for k in ProblemKind if k in counts},
+        extra_notes=(*report.extra_notes, *notes))

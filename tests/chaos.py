@@ -17,11 +17,14 @@ seed; timings are not, so a failure report always names the seed and the fault b
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import os
 import queue
 import random
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -36,6 +39,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests import netns
 from tests.cluster import Broker, Daemon, wait_until
 from tests.conftest import ishiki_lines
+from tests.ishiki_writer import (
+    image_line,
+    put_artifact,
+    put_asset,
+    shake_line,
+    sidecar,
+    write_atomic,
+)
 from tests.nats import NatsCluster
 
 KEY = "chaos"
@@ -45,6 +56,9 @@ MAIN_FAULTS = [
     "not_utf8",
 ]
 DIVERGENCE_FAULTS = ["hand_edit", "truncate", "delete_recreate"]
+# The instance's resources/ (issue #16): artifacts with sidecars put by the writer (temp file,
+# rename), sidecars rewritten, and the writer killed between a temp file and its rename.
+RESOURCE_FAULTS = ["resource_put", "resource_rewrite", "resource_writer_killed"]
 # --partitions: each host in a network namespace of its own (tests/netns.py; needs root).
 PARTITION_FAULTS = ["partition_replica", "partition_writer"]
 # --nats: the broker is a 3-member NATS cluster (tests/nats.py); its members die and return
@@ -62,6 +76,8 @@ class Summary:
     bytes_changed: int = 0
     refused: int = 0
     refusals_expected: int = 0
+    resources_checked: int = 0  # resource files found byte-identical on a replica
+    temp_files_copied: int = 0
 
     def table(self) -> str:
         rows = [f"chaos seed {self.seed}: {sum(self.injected.values())} faults"]
@@ -71,6 +87,8 @@ class Summary:
             f"  {'bytes lost':28} {self.bytes_lost:5}",
             f"  {'bytes changed':28} {self.bytes_changed:5}",
             f"  {'divergences refused':28} {self.refused:5} of {self.refusals_expected}",
+            f"  {'resource files checked':28} {self.resources_checked:5}",
+            f"  {'temp files copied':28} {self.temp_files_copied:5}",
         ]
         return "\n".join(rows)
 
@@ -137,11 +155,17 @@ class Chaos:
     def __init__(self, root: Path, seed: int, big_line: int, partitions: bool = False,
                  nats: bool = False) -> None:
         self.rng = random.Random(seed)
+        # Its own: the resources written do not change which faults the seed picks.
+        self.res_rng = random.Random(seed + 1)
         self.summary = Summary(seed)
         self.big_line_size = big_line
         self.file = "events.jsonl"
         self.kinds = [k for k in MAIN_FAULTS if not (nats and k in BROKER_FAULTS)]
         self.kinds += DIVERGENCE_FAULTS
+        if not (partitions or nats):
+            # Not in the partition and NATS modes: their seeds keep the fault sequences they
+            # had (resources are still written at every checkpoint there).
+            self.kinds += RESOURCE_FAULTS
         self.net: netns.Net | None = None
         self.cluster: NatsCluster | None = None
         self.broker: Broker | None = None
@@ -171,6 +195,9 @@ class Chaos:
             self.daemons = {n: Daemon(root, n, self.broker, log_level="info") for n in "abc"}
         self.writer = Writer(self._path(self.daemons["a"]), rate=100)
         self.divergence_keys = 0
+        self.instance = self.daemons["a"].runtimes / KEY
+        self.artifacts = 0
+        self.killed_targets: list[Path] = []  # names whose writer died before the rename
 
     def _path(self, d: Daemon, key: str = KEY) -> Path:
         return d.path(key, self.file)
@@ -212,6 +239,10 @@ class Chaos:
         return self.summary
 
     def checkpoint(self) -> None:
+        # The bot puts an artifact between any two checkpoints, and names killed mid-put are
+        # put again by the restarted writer: every checkpoint has resources to compare.
+        self.resource_put()
+        self._put_again()
         self.writer.pause()
         source = self._path(self.daemons["a"])
         expected = source.read_bytes()
@@ -233,7 +264,70 @@ class Chaos:
         digest = hashlib.sha256(expected).hexdigest()
         assert all(hashlib.sha256(_content(self._path(d))).hexdigest() == digest
                    for d in replicas)
+        self._check_resources(replicas)
         self.writer.resume()
+
+    def _check_resources(self, replicas: list[Daemon]) -> None:
+        """Every published resource file of a is on b and c, byte for byte; no temp file."""
+        want = {n: b for n, b in _tree(self.instance / "resources").items()
+                if not n.endswith(".tmp")}
+
+        def same() -> bool:
+            return all(_tree(d.runtimes / KEY / "resources") == want for d in replicas)
+
+        try:
+            wait_until(same, 90, "resources to converge")
+        finally:
+            for d in replicas:
+                tree = _tree(d.runtimes / KEY / "resources")
+                self.summary.resources_checked += sum(tree.get(n) == b for n, b in want.items())
+                self.summary.bytes_lost += sum(len(b) for n, b in want.items()
+                                               if tree.get(n) != b)
+                self.summary.temp_files_copied += sum(n.endswith(".tmp") and
+                                                      not n.endswith(".syncd.tmp") for n in tree)
+
+    # --- resources ------------------------------------------------------------------------
+
+    def resource_put(self) -> None:
+        self.artifacts += 1
+        size = self.res_rng.choice([10, 5000, 300_000, 3 << 20])
+        data = self.res_rng.randbytes(size)
+        name = f"shake-{self.artifacts}.log"
+
+        def job(n: int) -> None:
+            ref = put_artifact(self.instance, "shake", name, data, n=n)
+            self.writer.write(shake_line(f"chaos-shake-{self.artifacts}", ref))
+            if self.res_rng.random() < 0.5:
+                asset = put_asset(self.instance, f"img-{self.artifacts}", data[:999])
+                self.writer.write(image_line(f"chaos-img-{self.artifacts}", asset))
+
+        self.writer.do(job)
+
+    def resource_rewrite(self) -> None:
+        blobs = sorted((self.instance / "resources" / "artifacts").glob("*/*.log"))
+        if blobs:
+            blob = self.res_rng.choice(blobs)
+            self.writer.do(lambda n: sidecar(blob, rewritten=n))
+
+    def _put_again(self) -> None:
+        for target in self.killed_targets:
+            write_atomic(target, b"put again after the writer was killed\n")
+        self.killed_targets = []
+
+    def resource_writer_killed(self) -> None:
+        """kill -9 of the resource writer between its temp file and the rename; the name it
+        was putting is written again (a new temp file, then the rename) at the next fault."""
+        self._put_again()
+        self.artifacts += 1
+        target = self.instance / "resources" / "artifacts" / "tool" / f"out-{self.artifacts}"
+        proc = subprocess.Popen([sys.executable, "-m", "tests.ishiki_writer", str(target)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                cwd=Path(__file__).resolve().parent.parent)
+        assert proc.stdout is not None
+        assert proc.stdout.readline().startswith(b"ready")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        self.killed_targets.append(target)
 
     # --- faults on the running cluster --------------------------------------------------------
 
@@ -393,6 +487,16 @@ def _content(path: Path) -> bytes:
         return path.read_bytes()
     except FileNotFoundError:
         return b""
+
+
+def _tree(top: Path) -> dict[str, bytes]:
+    out = {}
+    for root, _, names in os.walk(top):
+        for n in names:
+            p = Path(root) / n
+            with contextlib.suppress(FileNotFoundError):
+                out[str(p.relative_to(top))] = p.read_bytes()
+    return out
 
 
 def _common_prefix(a: bytes, b: bytes) -> int:

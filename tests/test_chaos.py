@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from tests import netns
-from tests.chaos import MAIN_FAULTS, PARTITION_FAULTS, run
+from tests.chaos import MAIN_FAULTS, PARTITION_FAULTS, RESOURCE_FAULTS, run
 
 
 def test_quick_chaos_loses_and_changes_nothing(tmp_path: Path) -> None:
@@ -18,6 +18,8 @@ def test_quick_chaos_loses_and_changes_nothing(tmp_path: Path) -> None:
     assert summary.refused == summary.refusals_expected, summary.table()
     assert summary.copies_checked >= 16
     assert len(set(summary.injected) & set(MAIN_FAULTS)) >= 5  # a real mix of faults
+    assert set(summary.injected) & set(RESOURCE_FAULTS), summary.table()
+    assert summary.resources_checked > 0 and summary.temp_files_copied == 0, summary.table()
 
 
 def test_quick_chaos_with_network_partitions(tmp_path: Path) -> None:

@@ -476,3 +476,30 @@ def test_broken_config(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert result.stderr.startswith(f"syncd verify: {config}")
     assert result.stderr.count("\n") == 1
+
+
+def test_an_instance_directory_names_lines_whose_resources_are_missing(tmp_path: Path) -> None:
+    from tests.ishiki_writer import image_line, put_artifact, shake_line
+    inst = tmp_path / "bot-1"
+    inst.mkdir()
+    put_artifact(inst, "shake", "here.log", b"x")
+    (inst / "events.jsonl").write_bytes(
+        shake_line("1", "artifact://shake/here.log") + shake_line("2", "artifact://shake/gone.log")
+        + image_line("3", "asset://i1"))
+    (inst / "resources" / "artifacts" / "shake" / "here.log.json").unlink()
+    result = run("verify", str(inst))
+    assert result.exit_code == 1
+    lines = result.stdout.splitlines()
+    assert lines[1:5] == [
+        "  line 1 (byte 0): references artifact://shake/here.log, but "
+        "resources/artifacts/shake/here.log.json is missing",
+        "  line 2 (byte 145): references artifact://shake/gone.log, but "
+        "resources/artifacts/shake/gone.log is missing",
+        "  line 2 (byte 145): references artifact://shake/gone.log, but "
+        "resources/artifacts/shake/gone.log.json is missing",
+        "  note: 2 file(s) of referenced assets not in resources/assets (not fetched here)",
+    ]
+    result = run("verify", str(inst), "--json")
+    doc = orjson.loads(result.stdout)
+    assert doc["files"][0]["problem_counts"] == {"missing_resource": 3}
+    assert doc["files"][0]["problems"][0]["reference"] == "artifact://shake/here.log"

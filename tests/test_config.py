@@ -126,3 +126,46 @@ def test_tls_and_metrics(tmp_path: Path) -> None:
 def test_tls_and_metrics_errors(tmp_path: Path, text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load_config(write(tmp_path, text))
+
+
+def test_resources_defaults_and_per_key_rules(tmp_path: Path) -> None:
+    from syncd.resources import FileKind
+    c = load_config(write(tmp_path, GOOD))
+    rules = c.resources_of("any")
+    assert rules is not None and rules.max_file_bytes == 32 << 20
+    assert rules.kind("artifacts/t/x") is FileKind.ONCE
+    c = load_config(write(tmp_path, GOOD + """
+[resources]
+include = ["artifacts/**"]
+max_file_bytes = 1000
+
+[keys.quiet.resources]
+enabled = false
+
+[keys.media.resources]
+include = ["assets/**"]
+"""))
+    assert c.resources_of("other").max_file_bytes == 1000  # type: ignore[union-attr]
+    assert c.resources_of("other").kind("assets/x") is None  # type: ignore[union-attr]
+    assert c.resources_of("quiet") is None
+    media = c.resources_of("media")
+    assert media is not None and media.max_file_bytes == 1000
+    assert media.kind("assets/x") is FileKind.ONCE
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[resources]\nmax_file_bytes = -1\n", "resources.max_file_bytes: must be between"),
+        ("[resources]\ninclude = \"x\"\n", "resources.include: must be a list"),
+        ("[resources]\nexlude = []\n", "resources.exlude: unknown key"),
+        ("[resources]\nreplaced = [\"../*.json\"]\n", "resources.replaced: '../*.json'"),
+        ("[keys.k.resources]\nenabled = 1\n", "keys.k.resources.enabled: must be true or false"),
+        ("resources = 3\n", "resources: must be a table"),
+    ],
+)
+def test_resources_errors_name_the_key(tmp_path: Path, text: str, message: str) -> None:
+    body = GOOD if text.startswith("[") else text + GOOD
+    with pytest.raises(ConfigError) as e:
+        load_config(write(tmp_path, body + "\n" + text if text.startswith("[") else body))
+    assert message in str(e.value)

@@ -224,3 +224,45 @@ def test_pieces_end_at_line_ends_unless_a_line_is_too_long() -> None:
     assert frames.piece_end(buf, 0, len(buf), 12) == 10  # "aaaa\nbbbb\n"
     assert frames.piece_end(buf, 10, len(buf), 12) == 22  # a 17-byte line: cut at 12
     assert frames.piece_end(buf, 22, len(buf), 12) == len(buf)  # the rest fits
+
+
+def test_resource_items_round_trip_on_their_channels() -> None:
+    e = frames.ResEntry("artifacts/shake/shake-1.log", 5, D, 0, "")
+    s = frames.ResEntry("artifacts/shake/shake-1.log.json", 9, D, 3, "a")
+    res = frames.RESOURCES
+    everyone = frame(Item(Kind.RSUM, frames.ResSum(D, 2), "bot-1", res),
+                     Item(Kind.RHAVE, frames.res_have(False, (e, s)), "bot-1", res))
+    assert dec(enc(everyone, ALL_TOPIC), ALL_TOPIC).items == everyone.items
+    addressed = frame(Item(Kind.RLIST, frames.ResList(D), "bot-1", res),
+                      Item(Kind.RHAVE, frames.res_have(True, (e,)), "bot-1", res),
+                      Item(Kind.RREQ, frames.ResAsk(e.name, D, 0, 4096), "bot-1", res),
+                      Item(Kind.RDATA, frames.ResChunk(e.name, D, 5, 0, b"abcde"), "bot-1", res),
+                      Item(Kind.RREFUSE, frames.ResRefuse(e.name, D, None, "not held here"),
+                           "bot-1", res),
+                      to="b")
+    assert dec(enc(addressed, TO_TOPIC), TO_TOPIC).items == addressed.items
+    assert frames.channel_of(Kind.RHAVE) is frames.Channel.ALL
+    assert frames.channel_of(Kind.RHAVE, "b") is frames.Channel.TO
+
+
+@pytest.mark.parametrize(
+    ("item", "body", "reason"),
+    [
+        ({"k": "rshiny", "key": "k", "file": "resources"}, b"", "unknown item kind 'rshiny'"),
+        ({"k": "rreq", "key": "k", "file": "resources", "name": "../../etc/passwd",
+          "digest": D.hex(), "offset": 0, "length": 1}, b"", "unusable resource name"),
+        ({"k": "rreq", "key": "k", "file": "resources", "name": "/etc/passwd",
+          "digest": D.hex(), "offset": 0, "length": 1}, b"", "absolute"),
+        ({"k": "rhave", "key": "k", "file": "resources", "full": False, "n": 7}, b'[["a"]]',
+         "manifest entry"),
+        ({"k": "rhave", "key": "k", "file": "resources", "full": False, "n": 30},
+         b'[["a/../b", 1, "' + D.hex().encode() + b'", 0, ""]]'[:30], "not JSON"),
+        ({"k": "rdata", "key": "k", "file": "resources", "name": "a", "digest": D.hex(),
+          "size": 1, "offset": 0, "n": 0}, b"", "without data"),
+    ],
+)
+def test_malformed_resource_items_say_why(item: dict[str, object], body: bytes,
+                                          reason: str) -> None:
+    raw = signed(head({**GOOD, "to": "b", "items": [item]}, body), TO_TOPIC)
+    with pytest.raises(FrameError, match=reason):
+        dec(raw, TO_TOPIC)

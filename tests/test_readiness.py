@@ -498,3 +498,15 @@ def test_an_idle_log_check_starts_no_task_and_is_saved(
 
     assert asyncio.run(scenario()) == 1
     assert json.loads((tmp_path / "state" / "events.jsonl.verify").read_bytes())["size"] == size
+
+
+def test_missing_referenced_resources_are_a_reason_naming_the_first_few() -> None:
+    names = tuple(f"artifacts/shake/s{i}.log" for i in range(7))
+    why = reasons(facts(missing_resources=names))
+    assert why == ["7 resource file(s) the log references are not here: artifacts/shake/s0.log,"
+                   " artifacts/shake/s1.log, artifacts/shake/s2.log, artifacts/shake/s3.log, "
+                   "artifacts/shake/s4.log and 2 more"]
+    assert reasons(facts(resource_conflicts=1))[0].startswith("1 write-once resource file(s)")
+    verdict = decide(facts(unheld_resources=2))
+    assert verdict.ready
+    assert any("held by no host" in n for n in verdict.notes)

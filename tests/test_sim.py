@@ -48,3 +48,52 @@ def test_violations_name_the_seed_and_the_replay_command(monkeypatch: pytest.Mon
     with pytest.raises(Violation, match=r"seed 3: an invariant broke\n  replay: python -m "
                                         r"tests.sim --seed 3 -v"):
         run_seed(3)
+
+
+RESOURCE_SEEDS = 500  # ~6 s: resources/ histories (tests/sim/resworld.py)
+
+
+def test_resources_quick_mode_finds_no_violation() -> None:
+    from tests.sim import resworld
+    failures = []
+    for seed in range(RESOURCE_SEEDS):
+        try:
+            resworld.run_seed(seed)
+        except Violation as v:
+            failures.append(str(v))
+            if len(failures) >= 3:
+                break
+    assert not failures, "\n\n".join(failures)
+
+
+def test_the_resource_simulator_sees_a_machine_that_overwrites(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The invariants can fail: a machine that fetches a peer's other bytes over a write-once
+    file (and has the shell replace it) is caught by the simulator."""
+    from syncd.frames import ResEntry
+    from syncd.resources import ResourceMachine, Transfer
+    from tests.sim import resworld
+
+    def fetch_over(self: ResourceMachine, name: str, now: float, out: list[object]) -> None:
+        ours = self.local.get(name)
+        for peer, view in sorted(self.peers.items()):
+            theirs = view.entries.get(name)
+            if (ours is not None and theirs is not None and theirs.digest != ours.digest
+                    and view.online and name not in self.transfers):
+                self._start(Transfer(theirs, peer), now, out)  # type: ignore[arg-type]
+                return
+
+    def expect_any(self: ResourceMachine, name: str) -> ResEntry | None:
+        return self.local.get(name)
+
+    monkeypatch.setattr(ResourceMachine, "_consider", fetch_over)
+    monkeypatch.setattr(ResourceMachine, "_expect", expect_any)
+    caught = None
+    for seed in range(200):
+        try:
+            resworld.run_seed(seed)
+        except resworld.Violation as v:
+            if "changed bytes" in str(v) or "install write-once" in str(v):
+                caught = str(v)
+                break
+    assert caught is not None

@@ -92,11 +92,36 @@ def command(keys: tuple[str, ...], config_path: Path, as_json: bool, ready_keys:
             break
         if not sys.stdout.isatty():
             click.echo()
-    if status.get("skipped", []) or any(
-            f["state"] in PROBLEM_STATES
+    if status.get("skipped", []) or any(r["conflicts"] for r in status.get("resources", [])
+                                        if r["key"] in {f["key"] for f in status["files"]}) \
+            or any(f["state"] in PROBLEM_STATES
             or any(p["frozen"] or p.get("diverged") for p in f["peers"].values())
             for f in status["files"]):
         sys.exit(EXIT_PROBLEMS)
+
+
+def _resources(status: dict[str, Any]) -> list[str]:
+    """Conflicts, refusals and transfers of the instances' resources/ (resources.py)."""
+    wanted = {f["key"] for f in status["files"]}
+    lines: list[str] = []
+    for r in status.get("resources", []):
+        if r["key"] not in wanted:
+            continue
+        for c in r["conflicts"]:
+            at = (f"first difference at byte {c['offset']}" if c["offset"] is not None
+                  else "first difference: not located yet")
+            lines.append(f"{r['key']}/resources/{c['name']}: CONFLICT with {c['peer']}: "
+                         f"same name, other bytes ({at}; here {c['ours']['size']} bytes, "
+                         f"{c['peer']} {c['theirs']['size']} bytes): neither is replaced")
+            lines.append("    resolve: move the wrong copy away on the host that holds it; "
+                         "the other is fetched")
+        for x in r["refused"]:
+            lines.append(f"{r['key']}/resources/{x['name']}: not replicated: {x['reason']}")
+        for t in r["fetching"]:
+            lines.append(f"{r['key']}/resources/{t['name']}: "
+                         f"{'comparing with' if t['compare'] else 'fetching from'} "
+                         f"{t['peer']} ({t['got']} of {t['size']} bytes)")
+    return ["", *lines] if lines else []
 
 
 def ask(state_dir: Path) -> dict[str, Any]:
@@ -221,6 +246,7 @@ def render(status: dict[str, Any]) -> str:
         for note in f.get("notes", []):
             if note != f.get("note"):  # a noticed edit is printed above already
                 lines.append(f"{name}: {note}")
+    lines += _resources(status)
     dropped = [f"peer {peer}: {b['dropped_requests']} requests dropped over its budget "
                f"([limits]), {b['served_requests']} served"
                for peer, b in status.get("peer_budgets", {}).items() if b["dropped_requests"]]

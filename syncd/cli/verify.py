@@ -8,6 +8,7 @@ note and does not make a file unclean: see syncd/verify.py's header for each rul
 from __future__ import annotations
 
 import os
+import stat as stat_mode
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import NoReturn
@@ -19,12 +20,15 @@ from syncd import store
 from syncd.cli.common import DEFAULT_CONFIG, key_config_option
 from syncd.config import ConfigError, load_config
 from syncd.errors import SyncdError
+from syncd.refs import required
 from syncd.roots import KeyPathError
 from syncd.safe_text import safe, safe_json
-from syncd.verify import LogChecker, Problem, Report
+from syncd.verify import LogChecker, Problem, ProblemKind, Report, with_problems
 
 # Big enough that the per-call overhead vanishes, small enough to keep memory flat.
 CHUNK_SIZE = 1 << 20
+
+INSTANCE_LOG = "events.jsonl"  # an instance's log: its resources/ lie beside it
 
 EXIT_CLEAN = 0
 EXIT_PROBLEMS = 1
@@ -79,7 +83,35 @@ def check_file(path: Path) -> Report:
     checker = LogChecker()
     for chunk in read_chunks(path):
         checker.feed(chunk)
-    return checker.report()
+    if path.name != INSTANCE_LOG:
+        return checker.report()  # a loose copy: no resources/ of its own to look at
+    return missing_resources(path.parent / "resources", checker)
+
+
+def missing_resources(folder: Path, checker: LogChecker) -> Report:
+    """The checker's report, with every line whose referenced resource files are not in
+    `folder` (the instance's resources/). Artifacts are written before the line that names
+    them, so a missing one is damage; an asset's files that are not there are a note (the
+    writer fetches media when first used; readiness treats them alike)."""
+    problems: list[Problem] = []
+    unfetched = 0
+    for ref, (line, offset) in checker.references().items():
+        for name in required(ref):
+            try:
+                present = stat_mode.S_ISREG(os.lstat(folder / name).st_mode)
+            except OSError:
+                present = False
+            if present:
+                continue
+            if ref.startswith("asset://"):
+                unfetched += 1
+                continue
+            problems.append(Problem(ProblemKind.MISSING_RESOURCE, line, offset,
+                                    f"references {ref}, but resources/{name} is missing",
+                                    reference=ref))
+    notes = [f"{unfetched} file(s) of referenced assets not in resources/assets (not fetched "
+             "here)"] if unfetched else []
+    return with_problems(checker.report(), problems, notes)
 
 
 def fail(command: str, message: str) -> NoReturn:

@@ -9,15 +9,22 @@ import multiprocessing
 import sys
 import time
 
+from tests.sim import resworld
 from tests.sim.world import Violation, run_seed
+
+RESOURCES = False  # --resources: run resworld.py's seeds instead of the log's
+
+
+def _run(seed: int) -> resworld.ResWorld | object:
+    return resworld.run_seed(seed) if RESOURCES else run_seed(seed)
 
 
 def _one(seed: int) -> tuple[int, str | None, collections.Counter[str]]:
     try:
-        world = run_seed(seed)
+        world = _run(seed)
     except Violation as v:
         return seed, str(v), collections.Counter()
-    kinds = collections.Counter(line.split()[1] for line in world.history)
+    kinds = collections.Counter(line.split()[1] for line in world.history)  # type: ignore
     return seed, None, kinds
 
 
@@ -28,16 +35,20 @@ def main() -> int:
     parser.add_argument("--seed", type=int, help="replay this one seed")
     parser.add_argument("--jobs", type=int, default=multiprocessing.cpu_count())
     parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument("--resources", action="store_true",
+                        help="simulate resources/ (tests/sim/resworld.py) instead of the log")
     args = parser.parse_args()
+    global RESOURCES
+    RESOURCES = args.resources
     if args.seed is not None:
         try:
-            world = run_seed(args.seed)
+            world = _run(args.seed)
         except Violation as v:
             print(v)
             return 1
         if args.verbose:
-            print("\n".join(world.history))
-        print(f"seed {args.seed}: ok ({len(world.history)} steps)")
+            print("\n".join(world.history))  # type: ignore[attr-defined]
+        print(f"seed {args.seed}: ok ({len(world.history)} steps)")  # type: ignore
         return 0
     t0 = time.monotonic()
     failures: list[str] = []

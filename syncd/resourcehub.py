@@ -1,0 +1,172 @@
+"""The node's side of resource replication: one ResourceFiles per instance key, and routing.
+
+The node hands over resource items, hints under an instance's resources/, its sweep, its
+connection and peers' presence; this file finds the instance's ResourceFiles (creating it for a
+key this node replicates), applies the key's `writers` and the peers' serving budgets, and
+answers the readiness question "which files the log references are missing here".
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Protocol
+
+from syncd import frames
+from syncd.budget import Budgets
+from syncd.config import Config
+from syncd.frames import Kind
+from syncd.names import printable
+from syncd.persist import RecordStore
+from syncd.resourcefiles import ResourceFiles, ResourceHost
+from syncd.resources import Connected, PeerItem, PeerPresence, PeerView, ResourceMachine
+from syncd.roots import KeyPathError
+
+log = logging.getLogger("syncd.resources")
+
+RESOURCE_KINDS = frozenset({Kind.RSUM, Kind.RLIST, Kind.RHAVE, Kind.RREQ, Kind.RDATA,
+                            Kind.RREFUSE})
+# What a host that is not among a key's writers may not tell us about it: its files do not
+# count (it may still ask for ours).
+_CLAIMS = frozenset({Kind.RSUM, Kind.RHAVE, Kind.RDATA})
+MISSING_SHOWN = 5
+RESCAN_SECONDS = 5.0
+RESCAN_BATCH = 64
+# Chunks a resource fetch keeps in flight: a few, beside the log's own fetch window, so that a
+# big blob does not fill a slow peer's broker queue (Mosquitto drops past it, positions too).
+RESOURCE_WINDOW_CHUNKS = 8
+
+
+class HubHost(ResourceHost, Protocol):
+    config: Config
+    records: RecordStore
+    budgets: Budgets
+
+    def is_online(self, node: str) -> bool: ...
+
+
+class ResourceHub:
+    def __init__(self, host: HubHost) -> None:
+        self.host = host
+        self.files: dict[str, ResourceFiles] = {}
+        self.dropped = 0  # items refused here (wrong file, not a writer, over budget)
+
+    def ensure(self, key: str) -> ResourceFiles | None:
+        r = self.files.get(key)
+        if r is not None:
+            return r
+        config = self.host.config
+        rules = config.resources_of(key)
+        if not config.wants_key(key) or rules is None:
+            return None
+        try:
+            folder = config.key_dir(key) / "resources"
+        except KeyPathError:
+            return None  # the log's replica says why
+        writers = config.keys[key].writers if key in config.keys else None
+        machine = ResourceMachine(config.node, rules,
+                                  frozenset(writers) if writers is not None else None,
+                                  chunk_bytes=config.chunk_bytes,
+                                  window=min(config.fetch_window_bytes,
+                                             RESOURCE_WINDOW_CHUNKS * config.chunk_bytes),
+                                  timeout=config.request_timeout)
+        for node in config.peers:
+            if node != config.node:  # presence heard before this key was found
+                machine.peers[node] = PeerView(online=self.host.is_online(node))
+        r = ResourceFiles(self.host, key, folder,
+                          self.host.records.folder(key) / "resources.json", machine)
+        self.files[key] = r
+        r.start()
+        return r
+
+    def deliver(self, sender: str, item: frames.Item) -> None:
+        config = self.host.config
+        if item.file != frames.RESOURCES:
+            self.dropped += 1
+            return
+        if item.kind in _CLAIMS and (not config.may_write(item.key, sender)
+                                     or config.role_of(item.key) == "source"):
+            self.dropped += 1  # a `source` takes no remote files either (it serves them)
+            return
+        if isinstance(item.payload, frames.ResAsk):
+            cost = item.payload.length
+            if not self.host.budgets.admit(sender, cost, time.monotonic()):
+                self.dropped += 1
+                return  # asked again after the requester's timeout
+        r = self.ensure(item.key)
+        if r is not None:
+            r.deliver(PeerItem(sender, item.payload))
+
+    def hint(self, folder: Path, path: str) -> None:
+        """A change at `path`, inside the instance directory `folder`."""
+        if path.endswith(".tmp"):
+            return  # a temp file (the writer's, or ours being filled): its rename will say
+        for r in self.files.values():
+            if r.folder.parent == folder:
+                r.hint(path)
+                return
+
+    def look_everywhere(self) -> None:
+        """Hints were lost (an inotify queue overflow): scan every instance now."""
+        for r in self.files.values():
+            r.hint()
+
+    def sweep(self) -> None:
+        # Timers of the instances with work; and every file of every instance stat'ed at most
+        # every RESCAN_SECONDS (every sweep without inotify), RESCAN_BATCH instances per sweep
+        # at most: hints find changes at once, this finds what they missed.
+        now = time.monotonic()
+        every = 0.0 if not self.host.config.watch else RESCAN_SECONDS
+        stale = [r for r in self.files.values() if now - r.scanned_at >= every]
+        stale.sort(key=lambda r: r.scanned_at)
+        rescan = {id(r) for r in stale[:RESCAN_BATCH]}
+        for r in list(self.files.values()):
+            r.sweep(id(r) in rescan)
+
+    def connected(self) -> None:
+        for r in self.files.values():
+            r.deliver(Connected())
+
+    def presence(self, node: str, online: bool) -> None:
+        for r in self.files.values():
+            r.deliver(PeerPresence(node, online))
+
+    def configure(self, config: Config) -> None:
+        """A reloaded config: new rules and writers for the instances kept."""
+        for key, r in list(self.files.items()):
+            rules = config.resources_of(key)
+            if not config.wants_key(key) or rules is None:
+                del self.files[key]
+                continue
+            r.machine.rules = rules
+            writers = config.keys[key].writers if key in config.keys else None
+            r.machine.writers = frozenset(writers) if writers is not None else None
+            r.machine.refused.clear()
+            r.machine.retry_at.clear()
+            r.hint()
+
+    async def stop(self) -> None:
+        for r in self.files.values():
+            await r.stop()
+
+    def missing(self, key: str, refs: Iterable[str]) -> tuple[list[str], int, int]:
+        """(missing files, referenced files no host holds, conflicts) for the log's refs."""
+        r = self.files.get(key)
+        if r is None:
+            return [], 0, 0
+        missing, unheld = r.machine.missing(refs)
+        return missing, len(unheld), len(r.machine.conflicts())
+
+    def status(self) -> list[dict[str, Any]]:
+        return [r.status() for _, r in sorted(self.files.items())]
+
+    def conflict_count(self) -> int:
+        return sum(len(r.machine.conflicts()) for r in self.files.values())
+
+
+def describe(names: list[str]) -> str:
+    shown = ", ".join(printable(n) for n in names[:MISSING_SHOWN])
+    more = f" and {len(names) - MISSING_SHOWN} more" if len(names) > MISSING_SHOWN else ""
+    return shown + more
