@@ -32,8 +32,11 @@ RESOURCE_KINDS = frozenset({Kind.RSUM, Kind.RLIST, Kind.RHAVE, Kind.RREQ, Kind.R
 # count (it may still ask for ours).
 _CLAIMS = frozenset({Kind.RSUM, Kind.RHAVE, Kind.RDATA})
 MISSING_SHOWN = 5
-RESCAN_SECONDS = 5.0
-RESCAN_BATCH = 64
+# inotify finds changes at once; the rescan is a safety net, paced so that 1000 idle instances
+# cost little: each every 30 s at most, 16 per sweep (a full round every 63 s with 1000).
+RESCAN_SECONDS = 30.0
+RESCAN_BATCH = 16
+SWEEP_INSTANCES = 250  # instances looked at per sweep, round-robin, with inotify on
 # Chunks a resource fetch keeps in flight: a few, beside the log's own fetch window, so that a
 # big blob does not fill a slow peer's broker queue (Mosquitto drops past it, positions too).
 RESOURCE_WINDOW_CHUNKS = 8
@@ -52,6 +55,7 @@ class ResourceHub:
         self.host = host
         self.files: dict[str, ResourceFiles] = {}
         self.dropped = 0  # items refused here (wrong file, not a writer, over budget)
+        self._cursor = 0  # where the next sweep's round-robin batch starts
 
     def ensure(self, key: str) -> ResourceFiles | None:
         r = self.files.get(key)
@@ -114,15 +118,27 @@ class ResourceHub:
             r.hint()
 
     def sweep(self) -> None:
-        # Timers of the instances with work; and every file of every instance stat'ed at most
-        # every RESCAN_SECONDS (every sweep without inotify), RESCAN_BATCH instances per sweep
-        # at most: hints find changes at once, this finds what they missed.
+        # Timers, and every file of every instance stat'ed at most every RESCAN_SECONDS
+        # (every sweep without inotify), RESCAN_BATCH instances per sweep at most: hints find
+        # changes at once, this finds what they missed. With inotify on, an idle instance is
+        # looked at once per SWEEP_INSTANCES-sized round (its summary timer can wait that
+        # long); one with transfers under way, every sweep.
         now = time.monotonic()
-        every = 0.0 if not self.host.config.watch else RESCAN_SECONDS
-        stale = [r for r in self.files.values() if now - r.scanned_at >= every]
+        files = list(self.files.values())
+        watch = self.host.config.watch
+        if not watch or len(files) <= SWEEP_INSTANCES:
+            batch = files
+        else:
+            start = self._cursor % len(files)
+            batch = files[start:start + SWEEP_INSTANCES]
+            self._cursor = start + len(batch)
+            picked = {id(r) for r in batch}
+            batch += [r for r in files if id(r) not in picked and r.machine.busy]
+        every = 0.0 if not watch else RESCAN_SECONDS
+        stale = [r for r in batch if now - r.scanned_at >= every]
         stale.sort(key=lambda r: r.scanned_at)
         rescan = {id(r) for r in stale[:RESCAN_BATCH]}
-        for r in list(self.files.values()):
+        for r in batch:
             r.sweep(id(r) in rescan)
 
     def connected(self) -> None:

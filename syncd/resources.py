@@ -60,7 +60,7 @@ MAX_FILE_BYTES = 32 << 20
 # client's queue (Mosquitto's max_queued_messages), positions included.
 BIG_TRANSFERS = 1
 MAX_TRANSFERS = 64
-SUM_INTERVAL = 10.0  # seconds between two summaries of an unchanged manifest
+SUM_INTERVAL = 30.0  # seconds between two summaries of an unchanged manifest (a safety net)
 ENTRIES_PER_ITEM = 2000
 
 
@@ -375,6 +375,11 @@ class ResourceMachine:
 
     def frozen(self, name: str) -> bool:
         return any(c.name == name for c in self.conflicts())
+
+    @property
+    def busy(self) -> bool:
+        """Transfers under way or waiting: its timers matter at every sweep."""
+        return bool(self.transfers or self.waiting)
 
     def due(self, now: float) -> bool:
         """Whether a Tick would do anything: the sweep ticks only instances with work, so an
