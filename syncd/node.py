@@ -62,7 +62,10 @@ POSITION_TICK = 0.05  # seconds routine positions wait to share a frame (Node._b
 SOCKET_NAME = "syncd.sock"
 ADOPT_STALL_SECONDS = 60
 FULL_SWEEP = 10  # every how many rounds of the sweep the machines' deadlines are checked too
-SWEEP_FILES = 250  # files stat'ed per sweep while the watcher is on (see _sweep_forever)
+SWEEP_FILES = 100  # files stat'ed per sweep while the watcher is on (see _sweep_forever)
+# With the watcher on, the directory scan of discovery (also a safety net: new instance
+# directories are hinted at once) runs every DISCOVER_EVERY-th sweep only.
+DISCOVER_EVERY = 5
 REFUSED_SHOWN = 100  # keys refused (a peer's may be many): status and log name this many
 
 
@@ -559,12 +562,14 @@ class Node:
         # The list of a round is made once per round: even listing a thousand idle replicas
         # every second showed in an idle daemon's profile (cold objects, a cache miss each).
         replicas: list[Replica] = []
-        cursor, rounds = 0, 0
+        cursor, rounds, sweeps = 0, 0, 0
         while True:
             await asyncio.sleep(self.config.sweep_interval)
-            if self.config.watch:
-                self._watcher.rewatch()
-            self._discover()
+            sweeps += 1
+            if not self.config.watch or sweeps % DISCOVER_EVERY == 0:
+                if self.config.watch:
+                    self._watcher.rewatch()
+                self._discover()
             if cursor == 0:
                 replicas = list(self.replicas.values())
             if not self.config.watch or len(replicas) <= SWEEP_FILES:

@@ -36,7 +36,7 @@ MISSING_SHOWN = 5
 # cost little: each every 30 s at most, 16 per sweep (a full round every 63 s with 1000).
 RESCAN_SECONDS = 30.0
 RESCAN_BATCH = 16
-SWEEP_INSTANCES = 250  # instances looked at per sweep, round-robin, with inotify on
+SWEEP_INSTANCES = 100  # instances looked at per sweep, round-robin, with inotify on
 # Chunks a resource fetch keeps in flight: a few, beside the log's own fetch window, so that a
 # big blob does not fill a slow peer's broker queue (Mosquitto drops past it, positions too).
 RESOURCE_WINDOW_CHUNKS = 8
