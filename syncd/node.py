@@ -453,7 +453,7 @@ class Node:
                 r.start()
             finally:
                 logs.FIELDS.reset(token)
-            self.resources.ensure(key)
+            self.resources.ensure(key, if_present=True)
             chore = asyncio.get_running_loop().create_task(self._after_load(r))
             self._chores.add(chore)
             chore.add_done_callback(self._chores.discard)
@@ -528,7 +528,7 @@ class Node:
                 if depth == len(parts):  # an instance's directory itself (moved, deleted)
                     self._hint_below(root.path.joinpath(*parts), gone)
                 else:
-                    self.resources.hint(root.path.joinpath(*parts[:depth]), path)
+                    self.resources.hint(roots.key_of(root, parts[:depth]), path)
                 return  # inside an instance: resources/, workspace/, ... are no instances
         if len(parts) > MAX_DEPTH + 1:
             return  # below the depth where instances are looked for

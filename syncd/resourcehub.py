@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any, Protocol
 
 from syncd import frames
@@ -57,7 +56,10 @@ class ResourceHub:
         self.dropped = 0  # items refused here (wrong file, not a writer, over budget)
         self._cursor = 0  # where the next sweep's round-robin batch starts
 
-    def ensure(self, key: str) -> ResourceFiles | None:
+    def ensure(self, key: str, if_present: bool = False) -> ResourceFiles | None:
+        """The instance's resources, made on first need. `if_present`: only if its
+        `resources/` directory exists (an instance that has none costs nothing until a peer
+        announces files, a hint shows one, or its log references one)."""
         r = self.files.get(key)
         if r is not None:
             return r
@@ -69,6 +71,8 @@ class ResourceHub:
             folder = config.key_dir(key) / "resources"
         except KeyPathError:
             return None  # the log's replica says why
+        if if_present and not folder.is_dir():
+            return None
         writers = config.keys[key].writers if key in config.keys else None
         machine = ResourceMachine(config.node, rules,
                                   frozenset(writers) if writers is not None else None,
@@ -99,18 +103,20 @@ class ResourceHub:
             if not self.host.budgets.admit(sender, cost, time.monotonic()):
                 self.dropped += 1
                 return  # asked again after the requester's timeout
+        if (item.key not in self.files and isinstance(item.payload, frames.ResSum)
+                and item.payload.count == 0):
+            return  # an empty manifest, of an instance with none here either: nothing to do
         r = self.ensure(item.key)
         if r is not None:
             r.deliver(PeerItem(sender, item.payload))
 
-    def hint(self, folder: Path, path: str) -> None:
-        """A change at `path`, inside the instance directory `folder`."""
+    def hint(self, key: str, path: str) -> None:
+        """A change at `path`, inside the instance directory of `key`."""
         if path.endswith(".tmp"):
             return  # a temp file (the writer's, or ours being filled): its rename will say
-        for r in self.files.values():
-            if r.folder.parent == folder:
-                r.hint(path)
-                return
+        r = self.ensure(key, if_present=True)
+        if r is not None:
+            r.hint(path)
 
     def look_everywhere(self) -> None:
         """Hints were lost (an inotify queue overflow): scan every instance now."""
@@ -169,7 +175,8 @@ class ResourceHub:
 
     def missing(self, key: str, refs: Iterable[str]) -> tuple[list[str], int, int]:
         """(missing files, referenced files no host holds, conflicts) for the log's refs."""
-        r = self.files.get(key)
+        refs = list(refs)
+        r = self.files.get(key) or (self.ensure(key) if refs else None)
         if r is None:
             return [], 0, 0
         missing, unheld = r.machine.missing(refs)
