@@ -54,7 +54,7 @@ from syncd.resources import (
     Tick,
     Write,
 )
-from tests.sim.world import Violation
+from tests.sim.world import Violation, run_or_explain
 
 NAMES = ["artifacts/shake/s1.log", "artifacts/shake/s2.log", "artifacts/tool/t1",
          "assets/i1", "assets/i2"]
@@ -469,10 +469,5 @@ def _temp(name: str) -> str:
 def run_seed(seed: int) -> ResWorld:
     rng = random.Random(seed)
     world = ResWorld(seed, hosts=rng.randrange(2, 5), steps=rng.randrange(10, 50))
-    try:
-        world.run()
-    except Violation as v:
-        tail = "\n".join(world.history[-25:])
-        raise Violation(f"seed {seed}: {v}\n  replay: python -m tests.sim --resources --seed "
-                        f"{seed} -v\n  last steps:\n{tail}") from None
+    run_or_explain(world, seed, f"python -m tests.sim --resources --seed {seed} -v")
     return world

@@ -889,13 +889,19 @@ def run_seed(seed: int) -> World:
     """One seeded history; raises Violation (with the seed) if an invariant breaks."""
     rng = random.Random(seed)
     world = World(seed, hosts=rng.randrange(2, 6), steps=rng.randrange(15, 60))
+    run_or_explain(world, seed, f"python -m tests.sim --seed {seed} -v")
+    return world
+
+
+def run_or_explain(world: Any, seed: int, replay: str) -> None:
+    """Run a seeded world; a broken invariant names the seed, how to replay it and the last
+    steps (both simulators)."""
     try:
         world.run()
     except Violation as v:
         tail = "\n".join(world.history[-25:])
-        raise Violation(f"seed {seed}: {v}\n  replay: python -m tests.sim --seed {seed} -v\n"
-                        f"  last steps:\n{tail}") from None
-    return world
+        raise Violation(f"seed {seed}: {v}\n  replay: {replay}\n  last steps:\n{tail}"
+                        ) from None
 
 
 __all__ = ["FAULTS", "Violation", "World", "dataclasses", "run_seed"]
