@@ -27,6 +27,7 @@ with each other.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 
 from bench.harness import (
     BROKER_SYS,
@@ -62,6 +64,8 @@ from tests.conftest import ishiki_lines
 
 KEY = "bench"
 REPLICA_NAMES = "bc"
+# py-spy samples per second with --profile (SYNCD_BENCH_PROFILE_HZ: more for a longer look)
+PROFILE_HZ = int(os.environ.get("SYNCD_BENCH_PROFILE_HZ", "250"))
 
 
 def stock_broker_config(port: int) -> str:
@@ -73,11 +77,12 @@ def stock_broker_config(port: int) -> str:
 
 def lag(rate: int, seconds: float, root: Path, replicas: int = 2,
         profile_dir: Path | None = None, stock_broker: bool = False,
-        drain_timeout: float = 30.0) -> dict[str, Any]:
+        drain_timeout: float = 30.0, config: str = "") -> dict[str, Any]:
     """Writes at `rate`/s for `seconds` on A; lag until durable on each of `replicas` copies.
 
     `stock_broker`: Mosquitto without `set_tcp_nodelay true`. Writes still missing on a copy
-    `drain_timeout` s after the last one are reported ("missing"), not waited for."""
+    `drain_timeout` s after the last one are reported ("missing"), not waited for.
+    `config`: top-level config lines for every daemon (`batch_window = 0.01`)."""
     root.mkdir(parents=True, exist_ok=True)
     broker = (Broker(root / "broker", config=stock_broker_config) if stock_broker else
               Broker(root / "broker", max_queued_messages=1000, extra=BROKER_SYS))
@@ -87,7 +92,8 @@ def lag(rate: int, seconds: float, root: Path, replicas: int = 2,
     shipped = root / "trace-a"  # A traces its own appends once fsync'ed and published
     ports = {n: free_port() for n in "a" + names}
     daemons = {
-        n: Daemon(root, n, broker, tuning="", log_level="warning", extra=metrics_extra(ports[n]),
+        n: Daemon(root, n, broker, tuning="", log_level="warning",
+                  extra=config + "\n" + metrics_extra(ports[n]),
                   env={"SYNCD_TRACE_FILE": str(traces.get(n, shipped))})
         for n in "a" + names
     }
@@ -106,7 +112,7 @@ def lag(rate: int, seconds: float, root: Path, replicas: int = 2,
         pids = {name: d.proc.pid for name, d in daemons.items() if d.proc is not None}
         meter = CpuMeter(pids)
         spies = [PySpy(pid, seconds + 1, profile_dir / f"lag-{rate}-{replicas}r-{name}.txt",
-                       gil=True, rate=250)
+                       gil=True, rate=PROFILE_HZ)
                  for name, pid in pids.items() if name in "ab"] if profile_dir else []
         time.sleep(1.2)  # the broker's $SYS counters cover the warm-up
         items0 = {name: scrape_items(port) for name, port in ports.items()}
@@ -137,6 +143,7 @@ def lag(rate: int, seconds: float, root: Path, replicas: int = 2,
             "rate": rate, "achieved": achieved, "writes": n, "bytes": size,
             "replicas": per_replica, "all": worst_of(rows), "cpu": cpu,
             "cpu_per_write_us": {name: 1e6 * used / n for name, used in meter.seconds.items()},
+            "system_per_write_us": {name: 1e6 * used / n for name, used in meter.system.items()},
             "others_cpu": others_cpu,
             "shipped": lag_stats(writes, read_trace(shipped, KEY)),
             "timed_out": not drained, "stock_broker": stock_broker,
@@ -187,8 +194,10 @@ def catchup(megabytes: int, root: Path, profile_dir: Path | None = None) -> dict
         t0 = time.monotonic_ns()
         b.start(wait=False)
         assert b.proc is not None
-        spies = [PySpy(b.proc.pid, 8, profile_dir / "catchup-b.txt", gil=True, rate=250),
-                 PySpy(a.proc.pid, 8, profile_dir / "catchup-a.txt", gil=True, rate=250)
+        spies = [PySpy(b.proc.pid, 8, profile_dir / "catchup-b.txt", gil=True,
+                       rate=PROFILE_HZ),
+                 PySpy(a.proc.pid, 8, profile_dir / "catchup-a.txt", gil=True,
+                       rate=PROFILE_HZ)
                  ] if profile_dir else []
         wait_until(lambda: reached(trace, KEY, size), 600, "catch-up", interval=0.05)
         # b is a new process: all its CPU time so far belongs to the catch-up.
@@ -242,6 +251,8 @@ def print_lag(r: dict[str, Any]) -> None:
     per_write = "  ".join(f"{n} {us:.0f} us" for n, us in r["cpu_per_write_us"].items())
     print(f"  daemon CPU per write (user + system): {per_write}  (others' CPU meanwhile: "
           f"{r['others_cpu']:.0f}%)")
+    system = "  ".join(f"{n} {us:.0f} us" for n, us in r.get("system_per_write_us", {}).items())
+    print(f"    of which system (kernel) time: {system}")
     for name, per in r.get("items_per_write", {}).items():
         if per:
             print(f"  {name} items per write: " + "  ".join(f"{k} {v:.2f}" for k, v in per.items()))
@@ -273,13 +284,16 @@ def main() -> None:
                         help="Mosquitto's stock config (without set_tcp_nodelay true)")
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="attach py-spy to the daemons; raw profiles go to DIR")
+    parser.add_argument("--config", default="", metavar="LINES",
+                        help="top-level config lines for the lag daemons, e.g. "
+                             "'batch_window = 0.01' (default: stock settings)")
     args = parser.parse_args()
     profile: Path | None = args.profile.resolve() if args.profile else None
     with tempfile.TemporaryDirectory(prefix="syncd-bench-") as tmp:
         root = Path(tmp)
         if args.seconds:
             print_lag(lag(args.rate, args.seconds, root / "lag", args.replicas, profile,
-                          args.stock_broker))
+                          args.stock_broker, config=args.config.replace("\\n", "\n")))
         if args.catchup_mb:
             r = catchup(args.catchup_mb, root, profile)
             print(f"catch-up: {r['bytes'] / 1e6:.0f} MB to a new standby in {r['seconds']:.2f} s "

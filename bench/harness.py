@@ -156,13 +156,18 @@ def worst_of(per_copy: Sequence[list[float | None]]) -> Stats:
 
 def cpu_seconds(pid: int, children: bool = False) -> float:
     """User + system CPU time of a process (plus its reaped children's, e.g. rsync's)."""
+    return sum(cpu_split(pid, children))
+
+
+def cpu_split(pid: int, children: bool = False) -> tuple[float, float]:
+    """(user, system) CPU seconds of a process (plus its reaped children's)."""
     with open(f"/proc/{pid}/stat") as f:
         text = f.read()
     fields = text[text.rindex(")") + 2 :].split()  # fields[0] is field 3 (state)
-    ticks = int(fields[11]) + int(fields[12])
+    user, system = int(fields[11]), int(fields[12])
     if children:
-        ticks += int(fields[13]) + int(fields[14])
-    return ticks / CLK_TCK
+        user, system = user + int(fields[13]), system + int(fields[14])
+    return user / CLK_TCK, system / CLK_TCK
 
 
 def rss_mb(pid: int) -> float:
@@ -181,17 +186,19 @@ class CpuMeter:
         self.children = children
         self.percent: dict[str, float] = {}
         self.seconds: dict[str, float] = {}  # CPU seconds used between start() and stop()
+        self.system: dict[str, float] = {}  # of which in the kernel (system time)
         self._t0 = 0.0
-        self._c0: dict[str, float] = {}
+        self._c0: dict[str, tuple[float, float]] = {}
 
     def start(self) -> None:
         self._t0 = time.monotonic()
-        self._c0 = {n: cpu_seconds(p, self.children) for n, p in self.pids.items()}
+        self._c0 = {n: cpu_split(p, self.children) for n, p in self.pids.items()}
 
     def stop(self) -> dict[str, float]:
         wall = time.monotonic() - self._t0
-        self.seconds = {n: cpu_seconds(p, self.children) - self._c0[n]
-                        for n, p in self.pids.items()}
+        now = {n: cpu_split(p, self.children) for n, p in self.pids.items()}
+        self.seconds = {n: sum(now[n]) - sum(self._c0[n]) for n in self.pids}
+        self.system = {n: now[n][1] - self._c0[n][1] for n in self.pids}
         self.percent = {n: 100 * used / wall for n, used in self.seconds.items()}
         return self.percent
 

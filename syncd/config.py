@@ -94,6 +94,8 @@ class Config:
     scrub_interval: float = 300.0
     persist_interval: float = 5.0
     request_timeout: float = 3.0
+    # Seconds a busy writer's appends gather before they are read and shipped (window.py).
+    batch_window: float = 0.01
     metrics: MetricsConfig = MetricsConfig()
     # Who may change things through the control socket (adopt, reload), besides root and the
     # daemon's own user; `status` is for anyone who can open the socket.
@@ -171,7 +173,7 @@ _TOP = {
     "include", "exclude",
     "chunk_bytes", "fetch_window_bytes", "sweep_interval", "scrub_bytes_per_second",
     "scrub_interval", "persist_interval", "request_timeout", "mqtt", "keys", "role", "watch",
-    "metrics", "roots", "admin_group", "limits", "resources",
+    "metrics", "roots", "admin_group", "limits", "resources", "batch_window",
 }
 _MQTT = {
     "host", "port", "brokers", "topic_prefix", "client_id", "username", "password_file",
@@ -408,6 +410,7 @@ def parse_config(data: dict[str, Any], path: Path, text: str = "") -> Config:
         scrub_interval=top.number("scrub_interval", 300.0, 1, 86400 * 7),
         persist_interval=top.number("persist_interval", 5.0, 0.05, 3600),
         request_timeout=top.number("request_timeout", 3.0, 0.1, 3600),
+        batch_window=top.number("batch_window", 0.01, 0, 0.5),
         metrics=metrics,
         admin_group=admin_group,
         limits=limits,

@@ -54,6 +54,7 @@ from syncd.roots import MAX_DEPTH, KeyPathError
 from syncd.scrub import scrub_forever
 from syncd.telemetry import Telemetry
 from syncd.watcher import Watcher
+from syncd.window import BatchWindow
 
 log = logging.getLogger("syncd.node")
 
@@ -135,6 +136,10 @@ class Node:
         self._positions_timer: asyncio.TimerHandle | None = None
         self._retain_timer: asyncio.TimerHandle | None = None
         self._watcher = Watcher(config.roots.watch_dirs(), self._on_hint, self._on_overflow)
+        # Local changes gather for batch_window while appends keep coming (window.py).
+        self._window: BatchWindow[Replica] = BatchWindow(
+            config.batch_window, Replica.hint_local, self._watcher.hold, self._watcher.drain,
+            self._watcher.resume)
         self._stop = asyncio.Event()
         self._durable_hooks: list[Callable[[str, str, int], None]] = []
         self.started = time.time()
@@ -394,6 +399,8 @@ class Node:
         self.fetch_window = config.fetch_window_bytes
         self.request_timeout = config.request_timeout
         self.persist_interval = config.persist_interval
+        self._window.window = config.batch_window
+        self._window.flush()
         self.budgets.configure(config.limits)
         for (key, file), r in list(self.replicas.items()):
             if not config.wants_key(key) or file not in config.files_of(key):
@@ -508,7 +515,7 @@ class Node:
     def _on_hint(self, path: str, gone: bool = False) -> None:
         found = self._by_path.get(path) if not gone else None
         if found is not None:
-            found.hint_local()  # the usual case, a replicated file grew: no path arithmetic
+            self._window.offer(found)  # the usual case, a file grew: no path arithmetic
             return
         roots = self.config.roots
         place = roots.place(Path(path))
@@ -521,7 +528,10 @@ class Node:
         if len(parts) >= 2:
             found = self.replicas.get((roots.key_of(root, parts[:-1]), parts[-1]))
             if found is not None:
-                found.hint_local(replaced=gone)
+                if gone:
+                    found.hint_local(replaced=True)
+                else:
+                    self._window.offer(found)
                 return
         for depth in range(1, min(len(parts), MAX_DEPTH) + 1):
             if root.path.joinpath(*parts[:depth]) in self._scanner.leaves:

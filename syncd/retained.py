@@ -11,9 +11,16 @@ peer, a copy that got shorter (its history was replaced).
 
 from __future__ import annotations
 
+import heapq
+
 from syncd.frames import Announce
 
-RETAIN_GAP = 5.0  # seconds between two retained announcements of one file under appends
+# Seconds between two retained announcements of one file under appends. Hosts online get
+# every announcement in the batches, and a host coming online gets every held-back one at
+# once (`due(everything=True)`): the retained copy under appends only serves a host whose
+# arrival we did not see, so it may be old. Every retained message is one MQTT message and
+# one signature per file: with a thousand busy files, 5 s cost a frame per 5 writes.
+RETAIN_GAP = 30.0
 
 Where = tuple[str, str]  # (key, file)
 
@@ -23,6 +30,9 @@ class RetainPacer:
         self.gap = gap
         self._sent: dict[Where, tuple[Announce, float]] = {}  # last retained, and when
         self._pending: dict[Where, Announce] = {}  # newer than the retained one, held back
+        # (when due, file) of the files held back, oldest first: with thousands of busy
+        # files, finding the next due one must not look at each (stale entries are skipped).
+        self._due: list[tuple[float, Where]] = []
 
     def offer(self, where: Where, ann: Announce, now: float) -> bool:
         """True: publish `ann` retained now. False: held back; `due()` returns it later."""
@@ -31,29 +41,48 @@ class RetainPacer:
             self._sent[where] = (ann, now)
             self._pending.pop(where, None)
             return True
+        if where not in self._pending:
+            heapq.heappush(self._due, (last[1] + self.gap, where))
         self._pending[where] = ann
         return False
 
     def next_due(self) -> float | None:
-        if not self._pending:
-            return None
-        return min(self._sent[w][1] for w in self._pending) + self.gap
+        self._drop_stale()
+        return self._due[0][0] if self._due else None
 
     def due(self, now: float, everything: bool = False) -> list[tuple[Where, Announce]]:
         """The held-back announcements whose time has come (`everything`: all of them, e.g.
         for a host that has just come online), now recorded as sent."""
-        out = [(w, a) for w, a in self._pending.items()
-               if everything or now >= self._sent[w][1] + self.gap]
+        if everything:
+            out = list(self._pending.items())
+            self._pending.clear()
+            self._due.clear()
+        else:
+            out = []
+            while self._drop_stale() and self._due[0][0] <= now:
+                where = heapq.heappop(self._due)[1]
+                out.append((where, self._pending.pop(where)))
         for w, a in out:
-            del self._pending[w]
             self._sent[w] = (a, now)
         return out
+
+    def _drop_stale(self) -> bool:
+        """Skip entries of files no longer held back, or held back since a later send;
+        whether any entry is left."""
+        heap = self._due
+        while heap:
+            when, where = heap[0]
+            if where in self._pending and when == self._sent[where][1] + self.gap:
+                return True
+            heapq.heappop(heap)
+        return False
 
     def forget(self) -> None:
         """A new connection (the broker may have lost its retained messages): the next
         announcement of every file goes at once."""
         self._sent.clear()
         self._pending.clear()
+        self._due.clear()
 
 
 def _urgent(last: Announce, ann: Announce) -> bool:

@@ -48,6 +48,7 @@ class Watcher:
         self._wds: dict[bytes, int] = {}  # directory -> watch descriptor
         self._full_logged = False
         self._observer: Any = None
+        self._held = False  # events left in the kernel's queue until release() (see hold())
 
     @property
     def watched(self) -> int:
@@ -69,11 +70,32 @@ class Watcher:
             self._observer.join(timeout=5)
             self._observer = None
         if self._fd >= 0:
-            asyncio.get_running_loop().remove_reader(self._fd)
+            if not self._held:
+                asyncio.get_running_loop().remove_reader(self._fd)
+            self._held = False
             os.close(self._fd)
             self._fd = -1
             self._dirs.clear()
             self._wds.clear()
+
+    def hold(self) -> None:
+        """Leave events in the kernel's queue: while the node gathers changes anyway
+        (window.py), waking up for each write would cost a loop turn per write for nothing.
+        drain() reads them all at once. An overflow meanwhile is reported as always."""
+        if self._fd >= 0 and not self._held:
+            self._held = True
+            asyncio.get_running_loop().remove_reader(self._fd)
+
+    def drain(self) -> None:
+        """Hand on the events held back since hold(), now (they stay held afterwards)."""
+        if self._held:
+            self._read()
+
+    def resume(self) -> None:
+        """Read events as they come again."""
+        if self._held:
+            self._held = False
+            asyncio.get_running_loop().add_reader(self._fd, self._read)
 
     def rewatch(self) -> None:
         """Watch the roots that were missing at start (called by the sweep)."""

@@ -53,3 +53,21 @@ def test_everything_held_back_can_go_at_once() -> None:
     assert p.due(1.5, everything=True) == [(F, Announce(2, D))]
     assert not p.offer(F, Announce(3, D), now=2.0)  # paced from 1.5 on
     assert p.next_due() == 6.5
+
+
+def test_the_next_due_file_is_found_among_thousands_and_an_urgent_send_restarts_its_gap() -> None:
+    p = RetainPacer(gap=5.0)
+    files = [(f"bot-{i}", "events.jsonl") for i in range(3000)]
+    for i, f in enumerate(files):
+        assert p.offer(f, Announce(1, D), now=i / 1000)
+        assert not p.offer(f, Announce(2, D), now=3.0 + i / 1000)
+    assert p.next_due() == 5.0
+    # The first file's urgent announcement goes at once: its held-back one is gone, and its
+    # next gap runs from now.
+    assert p.offer(files[0], Announce(1, D, frozen="reset"), now=4.0)
+    assert p.next_due() == 5.001
+    assert not p.offer(files[0], Announce(2, D, frozen="reset"), now=4.5)
+    due = p.due(5.0025)
+    assert due == [(files[1], Announce(2, D)), (files[2], Announce(2, D))]
+    assert len(p.due(9.0)) == 2998  # the 2997 others, and files[0] (4.0 + 5)
+    assert p.next_due() is None

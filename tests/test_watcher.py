@@ -190,3 +190,25 @@ async def test_a_root_made_after_start_is_watched_from_the_next_sweep(tmp_path: 
         await hints.wait_for(log, gone=False)
     finally:
         w.stop()
+
+
+@in_loop
+async def test_held_events_wait_in_the_kernel_until_drained(tmp_path: Path) -> None:
+    if not inotify.available():
+        pytest.skip("inotify only")
+    log = tmp_path / "events.jsonl"
+    log.write_bytes(b"")
+    w, hints = await watching(tmp_path, "inotify")
+    try:
+        w.hold()
+        append(log)
+        for _ in range(20):  # loop turns: a reader still registered would have run by now
+            await asyncio.sleep(0)
+        assert hints.seen == []
+        w.drain()  # read now, while still held
+        assert hints.seen == [(str(log), False)]
+        w.resume()
+        append(log)
+        await hints.until(lambda: len(hints.seen) == 2)
+    finally:
+        w.stop()
