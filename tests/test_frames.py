@@ -154,18 +154,18 @@ def head(h: object, body: bytes = b"") -> bytes:
     return len(raw).to_bytes(4, "big") + raw + body
 
 
-GOOD = {"v": 3, "from": "a", "epoch": 1, "seq": 1, "ts": 1}
+GOOD = {"v": frames.VERSION, "from": "a", "epoch": 1, "seq": 1, "ts": 1}
 
 
 @pytest.mark.parametrize(
     ("raw", "reason"),
     [
         (b"garbage", "preamble"),
-        (b"sd\x02" + bytes(40), "version 2"),
+        (b"sd\x03" + bytes(40), "protocol version 3 frame; this host speaks version 4"),
         (frames.PREAMBLE + b"short", "truncated"),
         (signed(b"\xff\xff\xff\xff{}"), "header length"),
         (signed(head([])), "not an object"),
-        (signed(head({**GOOD, "v": 4, "items": []})), "version"),
+        (signed(head({**GOOD, "v": 5, "items": []})), "version"),
         (signed(head({**GOOD, "from": "b", "items": []})), "another sender"),
         (signed(head({**GOOD, "items": []})), "items"),
         (signed(head({**GOOD, "items": [{"k": "live", "key": "k", "file": "f", "n": 5,

@@ -14,7 +14,7 @@ from typing import IO
 
 import click
 
-from syncd import logs, metrics, systemd, tls
+from syncd import allocator, logs, metrics, systemd, tls
 from syncd.cli.common import config_option, load_or_exit
 from syncd.config import ConfigError
 from syncd.node import Node, StartupError
@@ -45,6 +45,7 @@ def command(config_path: Path, log_level: str, log_format: str) -> None:
         click.echo(f"syncd: config error: {e}", err=True)
         sys.exit(2)
     logs.setup(log_level, log_format)
+    allocator.tune()  # frames come from the heap, not from fresh mappings (allocator.py)
     if log_level != "debug":
         logging.getLogger("syncd.mqtt").setLevel(logging.WARNING)
     try:
