@@ -514,8 +514,9 @@ class Node:
 
     def _on_hint(self, path: str, gone: bool = False) -> None:
         found = self._by_path.get(path) if not gone else None
-        if found is not None:
-            self._window.offer(found)  # the usual case, a file grew: no path arithmetic
+        if found is not None:  # the usual case, a file grew: no path arithmetic
+            if not found.as_own_append_left_it():  # a standby's own write is no news
+                self._window.offer(found)
             return
         roots = self.config.roots
         place = roots.place(Path(path))
@@ -530,7 +531,7 @@ class Node:
             if found is not None:
                 if gone:
                     found.hint_local(replaced=True)
-                else:
+                elif not found.as_own_append_left_it():
                     self._window.offer(found)
                 return
         for depth in range(1, min(len(parts), MAX_DEPTH) + 1):

@@ -133,6 +133,7 @@ class Replica:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._swept: tuple[int, int, int, int] | None = None
+        self._own: store.Stat | None = None  # the file as our last append left it
         self._verifier_restored = False
         self._log_open = True  # the log check may be behind or unsaved (see sweep)
         self._unsendable = False  # logged that the link refused this file's topic
@@ -178,6 +179,20 @@ class Replica:
         elif not self._look_pending:
             self._look_pending = True
             self._signal()
+
+    def as_own_append_left_it(self) -> bool:
+        """Whether the file is exactly as our own last append left it: the watcher reports our
+        own writes too, and a look at them would find nothing the machine has not judged (it
+        got this stat with the append). Any other write changes size, times or inode."""
+        own = self._own
+        if own is None:
+            return False
+        try:
+            st = os.lstat(self._fspath)
+        except OSError:
+            return False
+        return (st.st_ino == own.ino and st.st_size == own.size and st.st_dev == own.dev
+                and st.st_mtime_ns == own.mtime_ns and st.st_ctime_ns == own.ctime_ns)
 
     def sweep(self, full: bool = True) -> None:
         """The node's periodic safety net: look again if the file changed since the last
@@ -375,6 +390,7 @@ class Replica:
         except OSError as err:
             kind = "full" if err.errno in (errno.ENOSPC, errno.EDQUOT) else "error"
             return AppendFailed(kind, f"cannot write {self.path}: {err.strerror or err}")
+        self._own = st
         return Appended(e.peer, e.data, st)
 
     async def _sync(self, local: bool) -> Event:

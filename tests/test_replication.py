@@ -292,3 +292,20 @@ def test_kill_9_in_the_middle_of_a_long_line_resumes_it(
     b.start()
     wait_equal(content(a.path(KEY)), b, timeout=30)
     wait_state(b, "in_sync")
+
+
+def test_a_write_on_a_standby_right_after_its_own_append_is_noticed_at_once(
+    broker: Broker, make_daemon: Callable[..., Daemon]
+) -> None:
+    """The watcher reports a standby's own appends too, and syncd skips those hints when the
+    file is exactly as its append left it (replica.as_own_append_left_it). A bot's write on
+    that host just after must still be looked at at once, not at the next sweep (5 s here):
+    it becomes the longer tail, and reaches the other host within seconds."""
+    slow_sweep = "sweep_interval = 5\nrequest_timeout = 1.0\n"
+    a = make_daemon("a", broker, tuning=slow_sweep)
+    b = make_daemon("b", broker, tuning=slow_sweep)
+    for n in range(5):  # b appends what a ships, several times
+        append(a.path(KEY), ishiki_lines(1 + n))
+        wait_equal(content(a.path(KEY)), b, timeout=4)
+    append(b.path(KEY), ishiki_lines(2))
+    wait_equal(content(b.path(KEY)), a, timeout=3)
