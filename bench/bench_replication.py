@@ -188,6 +188,9 @@ def catchup(megabytes: int, root: Path, profile_dir: Path | None = None) -> dict
             checked = time.monotonic() - t_index
         except AssertionError:
             pass  # reported: B's catch-up then competes with A's log check
+        # A real log was written long ago: its pages are on disk, not 1 GB of dirty page
+        # cache for the kernel to write back while B writes its copy.
+        os.sync()
         assert a.proc is not None
         meter = CpuMeter({"a": a.proc.pid})
         meter.start()
