@@ -46,15 +46,16 @@ TARGET_P99_MS = {300: 50.0, 1000: 100.0}
 
 
 def busy(keys: int, root: Path, seconds: float = 10, grace: float = 30, kib: int = 4,
-         profile_dir: Path | None = None) -> dict[str, Any]:
-    """One row of the curve: `keys` keys x 1 write/s for `seconds` s."""
+         profile_dir: Path | None = None, config: str = "") -> dict[str, Any]:
+    """One row of the curve: `keys` keys x 1 write/s for `seconds` s; `config`: top-level
+    config lines for both daemons (`batch_window = 0`)."""
     root.mkdir(parents=True, exist_ok=True)
     broker = Broker(root / "broker", max_queued_messages=1000)
     broker.start()
     trace, shipped = root / "trace-b", root / "trace-a"
-    a = Daemon(root, "a", broker, tuning="", log_level="info",
+    a = Daemon(root, "a", broker, tuning="", log_level="info", extra=config,
                env={"SYNCD_TRACE_FILE": str(shipped)})
-    b = Daemon(root, "b", broker, tuning="", log_level="info",
+    b = Daemon(root, "b", broker, tuning="", log_level="info", extra=config,
                env={"SYNCD_TRACE_FILE": str(trace)})
     r: dict[str, Any] = {"keys": keys, "seconds": seconds}
     try:
@@ -140,10 +141,11 @@ def row(r: dict[str, Any]) -> str:
 
 
 def curve(counts: list[int], root: Path, seconds: float, grace: float, kib: int,
-          profile_dir: Path | None = None, echo: bool = True) -> list[dict[str, Any]]:
+          profile_dir: Path | None = None, echo: bool = True, config: str = ""
+          ) -> list[dict[str, Any]]:
     out = []
     for keys in counts:
-        r = busy(keys, root / f"busy-{keys}", seconds, grace, kib, profile_dir)
+        r = busy(keys, root / f"busy-{keys}", seconds, grace, kib, profile_dir, config)
         out.append(r)
         if echo:
             print(f"  {keys} keys: lag p50 {ms(r['lag'].p50)} p99 {ms(r['lag'].p99)}, "
@@ -164,10 +166,14 @@ def main() -> None:
     parser.add_argument("--kib", type=int, default=4, help="initial size of each file, KiB")
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="attach py-spy (GIL samples) to both daemons; profiles go to DIR")
+    parser.add_argument("--config", default="", metavar="LINES",
+                        help="top-level config lines for both daemons, e.g. 'batch_window = 0' "
+                             "(default: stock settings)")
     args = parser.parse_args()
     counts = [int(c) for c in args.busy.split(",") if c.strip()]
     with tempfile.TemporaryDirectory(prefix="syncd-busy-") as tmp:
-        rows = curve(counts, Path(tmp), args.seconds, args.grace, args.kib, args.profile)
+        rows = curve(counts, Path(tmp), args.seconds, args.grace, args.kib, args.profile,
+                     config=args.config.replace("\\n", "\n"))
     print(f"Busy keys: each key appended once a second for {args.seconds:g} s, one standby, "
           f"grace {args.grace:g} s ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})\n")
     print(header())
