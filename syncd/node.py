@@ -47,9 +47,9 @@ from syncd.machine import Tuning
 from syncd.names import printable
 from syncd.outbox import Outbox
 from syncd.persist import RecordStore
+from syncd.positions import PositionSender
 from syncd.replica import Replica
 from syncd.resourcehub import RESOURCE_KINDS, ResourceHub
-from syncd.retained import RetainPacer
 from syncd.roots import MAX_DEPTH, KeyPathError
 from syncd.scrub import scrub_forever
 from syncd.telemetry import Telemetry
@@ -57,8 +57,6 @@ from syncd.watcher import Watcher
 from syncd.window import BatchWindow
 
 log = logging.getLogger("syncd.node")
-
-POSITION_TICK = 0.05  # seconds routine positions wait to share a frame (Node._batch_position)
 
 SOCKET_NAME = "syncd.sock"
 ADOPT_STALL_SECONDS = 60
@@ -131,10 +129,9 @@ class Node:
         self._guard = ReplayGuard()
         self.link = Link(config, self._on_message, self._on_connected, self.seal_presence)
         self._outbox = Outbox(self._publish_batch, config.chunk_bytes)
-        self._retain = RetainPacer()
-        self._held_positions: dict[tuple[str, str], frames.Item] = {}  # routine, not yet sent
-        self._positions_timer: asyncio.TimerHandle | None = None
-        self._retain_timer: asyncio.TimerHandle | None = None
+        self._positions = PositionSender(
+            lambda item: self._outbox.add(frames.all_topic(self._prefix, self.node), "", item),
+            self._publish_retained)
         self._watcher = Watcher(config.roots.watch_dirs(), self._on_hint, self._on_overflow)
         # Local changes gather for batch_window while appends keep coming (window.py).
         self._window: BatchWindow[Replica] = BatchWindow(
@@ -156,69 +153,18 @@ class Node:
         in a batch per topic at the end of this turn of the event loop."""
         item = frames.Item(kind, payload, key, file)
         self.telemetry.count("sent", kind.value, item.size)
-        if kind is Kind.POS:
-            # To those online in the batch, gathered for POSITION_TICK unless urgent; retained
-            # for later hosts, paced (retained.py).
-            assert isinstance(payload, frames.Announce)
-            self._batch_position(key, file, item, payload)
-            if self._retain.offer((key, file), payload, time.monotonic()):
-                self._publish_retained(key, file, item)
-            else:
-                self._retain_later()
+        if kind is Kind.POS:  # in the batch, and retained for later hosts (positions.py)
+            self._positions.announce(key, file, item)
             return
         if not to:  # live bytes, and resource summaries and changes: for everyone
             self._outbox.add(frames.all_topic(self._prefix, self.node), "", item)
         else:
             self._outbox.add(frames.to_topic(self._prefix, to, self.node), to, item)
 
-    def _batch_position(self, key: str, file: str, item: frames.Item,
-                        ann: frames.Announce) -> None:
-        """Positions are not on the data path: with many busy files, one frame (and one
-        signature, and one verification on each peer) per POSITION_TICK carries them all,
-        not one per file and write. A freeze, a divergence or an answer to an adopting peer
-        goes at once, and drops the older one held back for that file, which must not follow
-        it (a later frame's position counts as the newer one)."""
-        topic = frames.all_topic(self._prefix, self.node)
-        if ann.frozen or ann.diverged or ann.answers:
-            self._held_positions.pop((key, file), None)
-            self._outbox.add(topic, "", item)
-            return
-        self._held_positions[(key, file)] = item
-        if self._positions_timer is None:
-            self._positions_timer = asyncio.get_running_loop().call_later(
-                POSITION_TICK, self._release_positions)
-
-    def _release_positions(self) -> None:
-        self._positions_timer = None
-        held, self._held_positions = self._held_positions, {}
-        topic = frames.all_topic(self._prefix, self.node)
-        for item in held.values():
-            self._outbox.add(topic, "", item)
-
     def _publish_retained(self, key: str, file: str, item: frames.Item) -> None:
         self._outbox.flush()  # keep order: bytes announced are sent before the position
         topic = frames.position_topic(self._prefix, self.node, key, file)
         self.link.publish(topic, self._seal(topic, (item,)), retain=True)
-
-    def _retain_later(self) -> None:
-        due = self._retain.next_due()
-        if due is None or (self._retain_timer is not None
-                           and self._retain_timer.when() <= due + 0.01):
-            return
-        if self._retain_timer is not None:
-            self._retain_timer.cancel()
-        loop = asyncio.get_running_loop()
-        self._retain_timer = loop.call_at(loop.time() + max(0.0, due - time.monotonic()),
-                                          self._retain_due)
-
-    def _retain_due(self, everything: bool = False) -> None:
-        if self._retain_timer is not None:
-            self._retain_timer.cancel()
-        self._retain_timer = None
-        now = time.monotonic()
-        for (key, file), ann in self._retain.due(now, everything):
-            self._publish_retained(key, file, frames.Item(Kind.POS, ann, key, file))
-        self._retain_later()
 
     def _publish_batch(self, topic: str, to: str, items: tuple[frames.Item, ...]) -> None:
         # Live batches at QoS 0: a lost one is a gap the next batch or position reveals (and
@@ -601,7 +547,7 @@ class Node:
 
     async def _on_connected(self) -> None:
         self._connected_at = time.time()
-        self._retain.forget()  # the broker may have lost them: every file's next goes at once
+        self._positions.forget()  # the broker may have lost them: every file's next goes at once
         for r in self.replicas.values():
             r.reconnected()
         self.resources.connected()
@@ -698,7 +644,7 @@ class Node:
         log.info("peer %s is %s", node, "online" if online else "offline",
                  extra={"peer": node})
         if online:
-            self._retain_due(everything=True)  # it has just read our retained positions
+            self._positions.retain_everything()  # it has just read our retained positions
         for each in self.replicas.values():
             each.deliver(PeerOnline(node, online))
         self.resources.presence(node, online)
