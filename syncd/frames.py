@@ -1,4 +1,4 @@
-"""The wire format (protocol version 3): topics and signed frames, without any I/O.
+"""The wire format (protocol version 4): topics and signed frames, without any I/O.
 
 Topic layout under the configured prefix P; every level after P is `level(name)`, an encoding
 of a node id, an instance key or a file name (see below):
@@ -510,7 +510,7 @@ def encode(frame: Frame, identity: Identity, topic: str) -> bytes:
 
 
 def check_signature(payload: bytes, topic: str, key: Ed25519PublicKey) -> None:
-    """Raise FrameError unless `payload` is a version-3 frame signed by `key` for `topic`."""
+    """Raise FrameError unless `payload` is a version-4 frame signed by `key` for `topic`."""
     if not payload.startswith(PREAMBLE):
         if payload[:2] == PREAMBLE[:2] and len(payload) > 2:
             raise FrameError(f"protocol version {payload[2]} frame; this host speaks version "
