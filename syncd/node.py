@@ -461,8 +461,7 @@ class Node:
     def _on_hint(self, path: str, gone: bool = False) -> None:
         found = self._by_path.get(path) if not gone else None
         if found is not None:  # the usual case, a file grew: no path arithmetic
-            if not found.as_own_append_left_it():  # a standby's own write is no news
-                self._window.offer(found)
+            self._grew(found)
             return
         roots = self.config.roots
         place = roots.place(Path(path))
@@ -477,8 +476,8 @@ class Node:
             if found is not None:
                 if gone:
                     found.hint_local(replaced=True)
-                elif not found.as_own_append_left_it():
-                    self._window.offer(found)
+                else:
+                    self._grew(found)
                 return
         for depth in range(1, min(len(parts), MAX_DEPTH) + 1):
             if root.path.joinpath(*parts[:depth]) in self._scanner.leaves:
@@ -492,6 +491,12 @@ class Node:
         if gone:
             self._hint_below(root.path.joinpath(*parts), gone)
         self._discover_soon()
+
+    def _grew(self, replica: Replica) -> None:
+        """A replicated file changed: look at it within the batch window (window.py), unless
+        it is exactly as our own append left it (a standby's own write is no news)."""
+        if not replica.as_own_append_left_it():
+            self._window.offer(replica)
 
     def _on_overflow(self) -> None:
         """The kernel dropped events: look at everything, as a sweep would, now."""

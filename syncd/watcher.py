@@ -48,7 +48,7 @@ class Watcher:
         self._wds: dict[bytes, int] = {}  # directory -> watch descriptor
         self._full_logged = False
         self._observer: Any = None
-        self._held = False  # events left in the kernel's queue until release() (see hold())
+        self._held = False  # events left in the kernel's queue until drain() (see hold())
 
     @property
     def watched(self) -> int:
