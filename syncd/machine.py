@@ -1527,6 +1527,8 @@ class Machine:
                 f"it holds nothing it can vouch for. On {source}, keep its new copy first "
                 f"(syncd adopt {self.key} --from {source}), then adopt it here")}))
             return
+        if self._supersede_adoption(source, ticket, wall, out):
+            return
         if source == self.node:
             out.append(Rehash("keep"))
             self.adoption = Adoption(source, ticket)
@@ -1537,6 +1539,30 @@ class Machine:
         self.own_removal_until = now + OWN_REMOVAL_WINDOW
         out.append(Archive({"reason": "; ".join(reasons) or "operator adopted another copy",
                             "adopted_from": source}))
+
+    def _supersede_adoption(self, source: str, ticket: object, wall: float,
+                            out: list[Effect]) -> bool:
+        """A request while an adoption is under way (an operator asking again after a stalled
+        `syncd adopt`, or a second one): the earlier request is answered, never left waiting.
+        The same source goes on with the copy taken so far, done only on an answer to this
+        request; another source starts over (the partial copy is archived). True if handled."""
+        ad = self.adoption
+        if ad is None:
+            return False
+        self.adoption = None
+        same = ad.peer == source and source != self.node and self.mode is Mode.ADOPTING
+        why = ("a later request for the same copy takes it over" if same
+               else f"the operator now adopts {source}'s copy instead of {ad.peer}'s")
+        out.append(AdoptDone(ad.ticket, {"error": f"superseded: {why}"}))
+        out.append(Log(logging.WARNING, f"{self.name}: adoption of {ad.peer}'s copy superseded: "
+                                        f"{why}"))
+        if not same:
+            return False
+        # Done only when our copy equals what the source held after this request.
+        ad.ticket, ad.fresh = ticket, None
+        ad.ask = max(ad.ask + 1, int(wall * 1000))
+        self.adoption = ad
+        return True
 
     def _on_archived(self, path: str, now: float, wall: float, out: list[Effect]) -> None:
         ad = self.adoption

@@ -226,6 +226,65 @@ def test_an_adoption_asks_again_until_an_answer_describes_the_copy_it_holds() ->
     assert [e for e in out if isinstance(e, AdoptDone)] and m.mode is Mode.LIVE
 
 
+def test_a_second_adoption_request_answers_the_first_and_adopts_the_copy_it_names() -> None:
+    """Simulator seed 4001713: a request for another source while an adoption is under way
+    used to leave the first requester waiting forever. It is answered (superseded), the
+    copy taken so far is archived, and the new source's copy is fetched from byte 0."""
+    m, f = live(LINE, peers=("b", "c"))
+    other = b'{"id": "c"}\n'
+    feed(m, f, PeerPos("b", Announce(12, digest_of(b'{"id": "w"}\n'), "diverged")))
+    feed(m, f, PeerPos("c", Announce(len(other), digest_of(other), "diverged")))
+    feed(m, f, AdoptRequested("b", "first"))
+    f.data, f.inode = bytearray(), 3
+    feed(m, f, Archived("archive/1"))
+    feed(m, f, PeerData("b", Data(0, Position.empty().digest, b'{"id": "w"}\n')))
+    feed(m, f, Drained())
+    out = feed(m, f, AdoptRequested("c", "second"))
+    [done] = [e for e in out if isinstance(e, AdoptDone)]
+    assert done.ticket == "first" and "superseded" in done.result["error"]
+    assert "c's copy instead of b's" in done.result["error"]
+    assert any(isinstance(e, Archive) for e in out)  # the partial copy of b's is kept aside
+    f.data, f.inode = bytearray(), 4
+    out = feed(m, f, Archived("archive/2"))
+    [request] = sent(out, Kind.REQ)
+    assert request.to == "c" and request.payload.have == 0
+    feed(m, f, PeerData("c", Data(0, Position.empty().digest, other)))
+    feed(m, f, Drained())
+    out = feed(m, f, PeerPos("c", Announce(len(other), digest_of(other), None,
+                                            request.payload.ask)))
+    [done] = [e for e in out if isinstance(e, AdoptDone)]
+    assert done.ticket == "second" and done.result["size"] == len(other)
+    assert bytes(f.data) == other and m.mode is Mode.LIVE
+
+
+def test_asking_again_for_the_same_copy_takes_the_adoption_over_without_starting_over(
+) -> None:
+    """An operator re-runs `syncd adopt` after a stalled one: the first request is answered,
+    the bytes taken so far stay, and only an answer to the new request ends the adoption."""
+    m, f = live(LINE)
+    winner = b'{"id": "w"}\n' + LINE
+    feed(m, f, PeerPos("b", Announce(len(winner), digest_of(winner), "diverged")))
+    feed(m, f, AdoptRequested("b", "first"))
+    f.data, f.inode = bytearray(), 3
+    first_ask = sent(feed(m, f, Archived("archive/1")), Kind.REQ)[0].payload.ask
+    feed(m, f, PeerData("b", Data(0, Position.empty().digest, winner[:12])))
+    feed(m, f, Drained())
+    out = feed(m, f, AdoptRequested("b", "second"))
+    [done] = [e for e in out if isinstance(e, AdoptDone)]
+    assert done.ticket == "first" and "superseded" in done.result["error"]
+    assert not any(isinstance(e, Archive) for e in out) and bytes(f.data) == winner[:12]
+    assert m.adoption is not None and m.adoption.ask > first_ask
+    feed(m, f, PeerData("b", Data(12, digest_of(winner[:12]), winner[12:])))
+    feed(m, f, Drained())
+    # An answer to the first request does not end the second...
+    out = feed(m, f, PeerPos("b", Announce(len(winner), digest_of(winner), None, first_ask)))
+    assert not any(isinstance(e, AdoptDone) for e in out) and m.mode is Mode.ADOPTING
+    out = feed(m, f, PeerPos("b", Announce(len(winner), digest_of(winner), None,
+                                            m.adoption.ask)))
+    [done] = [e for e in out if isinstance(e, AdoptDone)]
+    assert done.ticket == "second" and done.result["size"] == len(winner)
+
+
 def test_a_local_writer_during_an_adoption_ends_it_with_an_error() -> None:
     m, f = live(LINE)
     winner = LINE + b'{"id": "w"}\n'

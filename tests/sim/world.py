@@ -21,7 +21,7 @@ import re
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from syncd import ledger as ledger_mod
 from syncd import machine as machine_mod
@@ -140,7 +140,6 @@ class SimHost:
     look_failing: bool = False
     torn: bytes | None = None  # the rest of a line this host's writer has half written
     archives: list[bytes] = field(default_factory=list)
-    adopt_floor: tuple[str, int] | None = None  # (winner, its position when we asked)
     announced: tuple[int, bytes] | None = None  # last position announced (durable)
     # An operator or writer changed bytes in place, truncated or replaced the file: what it
     # announced may have been edited away, not lost (the power-loss check then skips it).
@@ -708,8 +707,8 @@ class World:
         winner = self.rng.choice(others)
         if winner.machine is None or winner.name not in m.peers:
             return
-        h.adopt_floor = (winner.name, winner.m.position.size)
-        h.deliver(AdoptRequested(winner.name, None))
+        # The ticket says what was asked: requests may overlap (a later one supersedes).
+        h.deliver(AdoptRequested(winner.name, (winner.name, winner.m.position.size)))
 
     def maybe_race(self, h: SimHost) -> None:
         """Between the shell's look and its write, the local writer may strike."""
@@ -742,10 +741,9 @@ class World:
                 raise Violation(f"{h.name} says {h.m.state_word()} while its look fails")
 
     def check_adopted(self, h: SimHost, e: AdoptDone) -> None:
-        if "error" in e.result or h.adopt_floor is None:
+        if "error" in e.result:
             return
-        winner, floor = h.adopt_floor
-        h.adopt_floor = None
+        winner, floor = cast(tuple[str, int], e.ticket)
         w = self.hosts[winner]
         if h.m.position.size < floor and not w.tampered:
             raise Violation(f"{h.name} finished adopting {winner}'s copy at "
