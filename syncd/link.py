@@ -80,6 +80,7 @@ class Session:
         self._acked: dict[int, asyncio.Future[None]] = {}
         self._sock: Any = None
         self._writing = False
+        self._reading = False  # inside paho's loop_read (and so inside its callbacks)
         self._abandoned = False  # open() gave up while the thread was still connecting
         self._misc: asyncio.TimerHandle | None = None
         c = paho.Client(CallbackAPIVersion.VERSION2, client_id=config.client_id,
@@ -199,13 +200,17 @@ class Session:
 
     def _readable(self) -> None:
         c = self._client
-        for _ in range(READS_PER_WAKE):
-            # paho reads one packet per call, or a few: go on while bytes wait (an SSL
-            # socket may also hold decoded bytes that the next select() will not report).
-            if c.loop_read() != MQTTErrorCode.MQTT_ERR_SUCCESS or self._sock is None:
-                break
-            if not (_unread(self._sock) or getattr(self._sock, "pending", _nothing)()):
-                break
+        self._reading = True
+        try:
+            for _ in range(READS_PER_WAKE):
+                # paho reads one packet per call, or a few: go on while bytes wait (an SSL
+                # socket may also hold decoded bytes that the next select() will not report).
+                if c.loop_read() != MQTTErrorCode.MQTT_ERR_SUCCESS or self._sock is None:
+                    break
+                if not (_unread(self._sock) or getattr(self._sock, "pending", _nothing)()):
+                    break
+        finally:
+            self._reading = False
         if _QUICKACK is not None and self._sock is not None:
             with contextlib.suppress(OSError):
                 self._sock.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
@@ -214,7 +219,10 @@ class Session:
     def _pump(self) -> None:
         """Write what paho holds; watch for writability only while something is left."""
         c = self._client
-        if self._sock is None:
+        if self._sock is None or self._reading:
+            # Never from inside paho's read: it runs our callbacks holding a lock that is not
+            # reentrant, and a QoS 0 publish written whole takes it again (on_publish): the
+            # daemon would hang for good. What they publish is written when the read is over.
             return
         if c.want_write():
             c.loop_write()

@@ -151,6 +151,10 @@ class Writer(threading.Thread):
         self._stop.set()
 
 
+# CHAOS_LOG_LEVEL=debug: every daemon's log says what it decided (large logs).
+LOG_LEVEL = os.environ.get("CHAOS_LOG_LEVEL", "info")
+
+
 class Chaos:
     def __init__(self, root: Path, seed: int, big_line: int, partitions: bool = False,
                  nats: bool = False) -> None:
@@ -172,7 +176,8 @@ class Chaos:
         if nats:
             self.cluster = NatsCluster(root / "nats")
             ends = self.cluster.endpoints
-            self.daemons = {n: Daemon(root, n, None, log_level="info", brokers=ends[i:] + ends[:i],
+            self.daemons = {n: Daemon(root, n, None, log_level=LOG_LEVEL,
+                                      brokers=ends[i:] + ends[:i],
                                       mqtt_extra="subscribe_qos = 0\n")
                             for i, n in enumerate("abc")}
             for d in self.daemons.values():
@@ -185,14 +190,14 @@ class Chaos:
             self.broker = netns.NsBroker(self.net, root / "broker", "max_queued_messages 50\n")
             hosts = {n: self.net.host(n) for n in "abc"}
             # keepalive 2: a cut host and its peers notice within seconds.
-            self.daemons = {n: Daemon(root, n, None, log_level="info",
+            self.daemons = {n: Daemon(root, n, None, log_level=LOG_LEVEL,
                                       brokers=[h.broker_address(self.broker)],
                                       mqtt_extra="keepalive = 2\n", prefix=h.exec)
                             for n, h in hosts.items()}
             self.kinds += PARTITION_FAULTS
         else:
             self.broker = Broker(root / "broker", max_queued_messages=50)  # drops early
-            self.daemons = {n: Daemon(root, n, self.broker, log_level="info") for n in "abc"}
+            self.daemons = {n: Daemon(root, n, self.broker, log_level=LOG_LEVEL) for n in "abc"}
         self.writer = Writer(self._path(self.daemons["a"]), rate=100)
         self.divergence_keys = 0
         self.instance = self.daemons["a"].runtimes / KEY
@@ -253,7 +258,12 @@ class Chaos:
         except AssertionError as e:
             states = {d.node: {k: self._status(d).get(k) for k in ("state", "size", "peers")}
                       for d in self.daemons.values()}
-            raise AssertionError(f"{e}; source {len(expected)} bytes; {states}") from None
+            # A daemon that does not answer: its log says why (stall.py prints its stacks).
+            silent = "".join(f"\n--- {n}'s log, last lines ---\n" + "\n".join(
+                self.daemons[n].read_log().splitlines()[-80:])
+                for n, st in states.items() if st["state"] is None)
+            raise AssertionError(f"{e}; source {len(expected)} bytes; {states}{silent}"
+                                 ) from None
         finally:
             for d in replicas:
                 copy = _content(self._path(d))

@@ -4,10 +4,15 @@ reaches the standby once the broker moves again."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import signal
+import threading
 from pathlib import Path
 
+from syncd.config import parse_config
+from syncd.link import Link
 from tests.cluster import Broker, Daemon, wait_until
 from tests.conftest import ishiki_lines
 from tests.test_replication import KEY, append, wait_equal
@@ -49,3 +54,50 @@ def test_a_stalled_broker_bounds_the_outgoing_queue_and_nothing_is_lost(tmp_path
         a.stop()
         b.stop()
         broker.stop()
+
+
+def test_a_frame_published_while_a_message_is_handled_leaves_and_the_loop_runs_on(
+    tmp_path: Path, broker: Broker
+) -> None:
+    """Chaos found a writer hung for good: paho runs on_message holding a lock that is not
+    reentrant, and a QoS 0 publish made there (positions re-announced when a peer comes
+    online) was written at once, whole, and took the lock again. Publishes made while a
+    message is handled leave when the read is over."""
+    config = parse_config({"node": "a", "runtimes_dir": str(tmp_path), "state_dir":
+                           str(tmp_path), "mqtt": {"host": "127.0.0.1", "port": broker.port,
+                                                   "topic_prefix": "t"}}, tmp_path / "c.toml")
+    # Both on topics the link subscribes to: the echo comes back to it.
+    ping, echo = "t/a/ping", "t/a/echo"
+
+    async def main() -> list[str]:
+        seen: list[str] = []
+        echoed = asyncio.Event()
+
+        def on_message(topic: str, payload: bytes) -> None:
+            seen.append(topic)
+            if topic == ping:
+                assert link.publish(echo, b"pong" * 100, qos=0)
+            elif topic == echo:
+                echoed.set()
+
+        async def on_connected() -> None:
+            link.publish(ping, b"ping", qos=1)
+
+        link = Link(config, on_message, on_connected, lambda topic, online, conn: b"presence")
+        running = asyncio.create_task(link.run())
+        try:
+            await asyncio.wait_for(echoed.wait(), 20)
+        finally:
+            running.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await running
+            await link.close()
+        return seen
+
+    # In a thread of its own: a hung loop fails the test instead of hanging the suite.
+    result: list[list[str]] = []
+    worker = threading.Thread(target=lambda: result.append(asyncio.run(main())), daemon=True)
+    worker.start()
+    worker.join(30)
+    assert not worker.is_alive(), "the event loop hung handling a message"
+    assert result and result[0].count(ping) == 1 and result[0].count(echo) == 1

@@ -14,7 +14,7 @@ from typing import IO
 
 import click
 
-from syncd import allocator, logs, metrics, systemd, tls
+from syncd import allocator, logs, metrics, stall, systemd, tls
 from syncd.cli.common import config_option, load_or_exit
 from syncd.config import ConfigError
 from syncd.node import Node, StartupError
@@ -77,9 +77,11 @@ async def _run(node: Node) -> None:
     # Outside systemd there is nobody to inform.
     informer = (loop.create_task(systemd.keep_informed(notifier, node.status))
                 if notifier.enabled else None)
+    stall.watch(loop)  # a loop that stops turning prints where it is stuck (stall.py)
     try:
         await node.run(ready=ready)
     finally:
+        stall.unwatch()
         if informer is not None:
             informer.cancel()
         notifier.close()
