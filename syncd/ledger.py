@@ -31,6 +31,9 @@ import struct
 from dataclasses import dataclass
 
 BLOCK = 64 * 1024
+# Full blocks below the partial one re-read at most to reach the last line's start (a longer
+# line is checked on its last RECHECK_LINE_BLOCKS blocks only: every look re-reads them).
+RECHECK_LINE_BLOCKS = 2
 DIGEST_SIZE = 32
 ZERO_CHAIN = bytes(DIGEST_SIZE)
 
@@ -47,7 +50,7 @@ def block_start(offset: int) -> int:
 class Ledger:
     """Size and prefix digests of one copy. Only grows: `extend` is the one way to change it."""
 
-    __slots__ = ("_chain", "_digest", "_partial", "_size", "_tail")
+    __slots__ = ("_chain", "_digest", "_ends_line", "_line_start", "_partial", "_size", "_tail")
 
     def __init__(self) -> None:
         self._chain: list[bytes] = [ZERO_CHAIN]
@@ -55,6 +58,10 @@ class Ledger:
         self._tail = bytearray()
         self._size = 0
         self._digest: bytes | None = None  # digest() until the next extend
+        # Where the last line (finished or not) begins, and whether our bytes end with a
+        # newline; None when not known (restored from the partial block only).
+        self._line_start: int | None = 0
+        self._ends_line: bool | None = True
 
     @property
     def size(self) -> int:
@@ -67,6 +74,15 @@ class Ledger:
 
     def extend(self, data: bytes) -> None:
         self._digest = None
+        if data:
+            inner = data.rfind(b"\n", 0, len(data) - 1)
+            if inner >= 0:
+                self._line_start = self._size + inner + 1
+            elif self._ends_line is None:
+                self._line_start = None
+            elif self._ends_line:
+                self._line_start = self._size
+            self._ends_line = data.endswith(b"\n")
         view = memoryview(data)
         while view:
             room = BLOCK - len(self._tail)
@@ -106,19 +122,23 @@ class Ledger:
         When the end lies exactly on a block boundary the partial block is empty and would
         check nothing, so the last full block is re-read instead and checked against its chain
         value: an edit just below the end must never ship under a stale digest.
+
+        And never less than the start of the last line (up to RECHECK_LINE_BLOCKS more full
+        blocks): a file cut back to a line boundary and written again between two looks can
+        end past ours with other bytes below our end. If the bytes checked were only those of
+        a line's middle, which may read the same in the new line (padding, say), the new
+        line's end would ship onto the old line's start: a line nobody wrote.
         """
-        if self._size % BLOCK or self._size == 0:
-            return block_start(self._size)
-        return self._size - BLOCK
+        size = self._size
+        last = block_start(size) if size % BLOCK or size == 0 else size - BLOCK
+        floor = max(0, last - RECHECK_LINE_BLOCKS * BLOCK)
+        line = self._line_start
+        return floor if line is None else max(floor, min(last, block_start(line)))
 
     def matches_end(self, data: bytes) -> bool:
         """Whether `data`, the bytes [recheck_start(), size) as read now, are what we recorded."""
-        if self._size % BLOCK or self._size == 0:
-            return data == self._tail
-        if len(data) != BLOCK:
-            return False
-        block = hashlib.sha256(data).digest()
-        return hashlib.sha256(self._chain[-2] + block).digest() == self._chain[-1]
+        start = self.recheck_start()
+        return len(data) == self._size - start and self.holds(start, data)
 
     def holds(self, first: int, data: bytes) -> bool:
         """Whether `data`, read from the file at block-aligned `first`, are the bytes this
@@ -213,6 +233,11 @@ class Ledger:
         ledger._tail = bytearray(partial)
         ledger._size = size
         ledger._digest = None
+        if size:
+            # Known only if the partial block holds the last line's start (or our end).
+            inner = partial.rfind(b"\n", 0, len(partial) - 1)
+            ledger._line_start = full_blocks * BLOCK + inner + 1 if inner >= 0 else None
+            ledger._ends_line = partial.endswith(b"\n") if partial else None
         return ledger
 
 

@@ -89,3 +89,39 @@ def test_is_prefix_of_ours_tells_truncation_from_edit(data: bytes, cut: int, fli
     assert verdict in (truth, None)
     if n // BLOCK == len(data) // BLOCK or n % BLOCK == 0:
         assert verdict is truth  # decidable: ends in our partial block or on a block edge
+
+
+def test_the_end_check_reaches_back_to_the_last_lines_start() -> None:
+    """Simulator seed 4045912: a file cut back to a line boundary and written again between
+    two looks, whose new line reads the same as the old one in the partial block (padding):
+    checking the partial block alone vouched for the old line's start, and the new line's
+    end shipped onto it. The check covers the last line from its start."""
+    first = b"L" * 100 + b"\n"
+    old = first + b'{"id":"old","p":"' + b"x" * BLOCK
+    new = first + b'{"id":"new","p":"' + b"x" * BLOCK + b'"}\n'
+    ledger = Ledger()
+    ledger.extend(old)
+    start = ledger.recheck_start()
+    assert start == 0  # the last line starts in block 0
+    assert ledger.matches_end(old[start:])
+    assert not ledger.matches_end(new[start : ledger.size])
+    # Its partial block alone reads the same: that check could not tell.
+    assert new[block_start(ledger.size) : ledger.size] == ledger.tail
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=data_st, cuts=st.lists(st.integers(min_value=0), max_size=8))
+def test_the_end_check_covers_the_last_line_or_two_more_blocks(data: bytes,
+                                                               cuts: list[int]) -> None:
+    ledger = Ledger()
+    for piece in split(data, cuts):
+        ledger.extend(piece)
+    start = ledger.recheck_start()
+    line = data.rfind(b"\n", 0, max(0, len(data) - 1)) + 1
+    last = block_start(len(data)) if len(data) % BLOCK or not data else len(data) - BLOCK
+    assert start <= last and (start <= block_start(line) or start == last - 2 * BLOCK)
+    assert ledger.matches_end(data[start:])
+    # Restored from the partial block (the line's start may be unknown): never a later start.
+    restored = Ledger.restore(ledger.chain, ledger.size, ledger.tail)
+    assert restored.recheck_start() <= start
+    assert restored.matches_end(data[restored.recheck_start():])
