@@ -264,6 +264,7 @@ class Persist:
     chain: list[bytes] | None  # None: keep the chain file as it is
     durable: bool
     rebuilt: bool = False  # the chain was rebuilt: rewrite the chain file whole
+    inline: bool = False  # written before the next effect runs, even when not durable
 
 
 @dataclass(frozen=True, slots=True)

@@ -250,6 +250,7 @@ class Machine:
         self.diverged: dict[str, Freeze] = {}
         self.note: str | None = None
         self.intent: tuple[str, int, int, str] | None = None
+        self.appending: tuple[str, int, int] | None = None  # see FileRecord.appending
         self._intent_check: tuple[int, bytes] | None = None  # (end, digest) during LOADING
         self.paused: Trouble | None = None
         self.failing: Trouble | None = None
@@ -545,7 +546,7 @@ class Machine:
             return
         self._record, self._record_chain = rec, ev.chain
         self.freeze, self.diverged, self.note = rec.freeze, dict(rec.diverged_peers), rec.note
-        self.intent = rec.intent
+        self.intent, self.appending = rec.intent, rec.appending
         self.position = Position(rec.size, rec.digest)
         if self.freeze is not None and self.freeze.reason == "reset":
             # Still reset: keep announcing what we last held, as before the restart. The file
@@ -1033,8 +1034,12 @@ class Machine:
                     self._judge_local(snap, now, wall, out)
                     out.append(Redeliver(PeerData(peer, d, retried=True, look=True)))
                 elif past_end and change is LocalChange.GROWTH:
-                    self._torn_local_line(peer, got[ledger.size - ledger.recheck_start():],
-                                          now, wall, out)
+                    local = got[ledger.size - ledger.recheck_start():]
+                    assert st is not None
+                    if _cut_short(self.appending, ledger.size, st.size, local, d.data):
+                        self._take_cut_short(ev, local, st, now, wall, out)
+                    else:
+                        self._torn_local_line(peer, local, now, wall, out)
                 return  # otherwise dropped: anti-entropy asks for it again
         if st is not None and (self.inode is None or ledger.size == 0):
             self.inode = st.inode
@@ -1054,7 +1059,13 @@ class Machine:
                     out.append(Redeliver(ev))
                 return  # while syncs fail: dropped, anti-entropy asks for it again
             self.intent = (peer, d.offset, d.end, ledger.digest_with(d.data).hex())
+            if d.offset // PAGE != (d.end - 1) // PAGE:
+                self.appending = (peer, d.offset, d.end)  # a kill may cut the piece short
             out.append(self._persist_record(durable=True))
+        elif d.offset // PAGE != (d.end - 1) // PAGE:
+            # Whole lines, but a write() that a kill may cut short mid-line: say so first.
+            self.appending = (peer, d.offset, d.end)
+            out.append(dataclasses.replace(self._persist_record(durable=False), inline=True))
         out.append(Append(d.offset, d.data, self.inode if st is not None else None, peer))
 
     def _torn_local_line(self, peer: str, local: bytes, now: float, wall: float,
@@ -1071,6 +1082,22 @@ class Machine:
         self._diverge(peer, at, f"unfinished local line past offset {at} "
                       f"({len(local)} bytes), while {peer} sent other bytes for that offset",
                       now, wall, out)
+
+    def _take_cut_short(self, ev: PeerData, local: bytes, st: Stat, now: float, wall: float,
+                        out: list[Effect]) -> None:
+        """The bytes past our end are the start of this peer's piece, and end on a page
+        boundary: an append of ours cut short (killed mid-write, or a power loss), whose
+        piece ended with a newline and so had no intent recorded. Count them as appended (they
+        are the peer's bytes, exactly), and append the rest of the piece."""
+        d = ev.data
+        out.append(Log(logging.INFO, f"{self.name}: the {len(local)} bytes past offset "
+                                     f"{d.offset} are {ev.peer}'s, from an append of ours cut "
+                                     "short (killed, or a power loss): kept"))
+        self._on_appended(Appended(ev.peer, local, st), now, wall, out)
+        ledger = self.ledger
+        if ledger is not None and len(local) < len(d.data):
+            rest = Data(d.offset + len(local), ledger.digest(), d.data[len(local):])
+            out.append(Redeliver(PeerData(ev.peer, rest, look=True)))
 
     def _on_appended(self, ev: Appended, now: float, wall: float, out: list[Effect]) -> None:
         ledger = self.ledger
@@ -1099,7 +1126,7 @@ class Machine:
 
     def _on_append_failed(self, kind: str, detail: str, now: float, wall: float,
                           out: list[Effect]) -> None:
-        self.intent = None  # it was for this append, which did not happen
+        self.intent = self.appending = None  # for this append, which did not happen
         if kind == "concurrent":
             ad = self.adoption
             aborted = ad is not None and self.mode is Mode.ADOPTING
@@ -1379,6 +1406,7 @@ class Machine:
             mtime_ns=st.mtime_ns if st else 0, ctime_ns=st.ctime_ns if st else 0,
             partial=ledger.partial_digest() if ledger else b"", freeze=self.freeze,
             diverged_peers=dict(self.diverged), note=self.note, intent=self.intent,
+            appending=self.appending,
         )
 
     def _persist_ready(self) -> bool:
@@ -1574,6 +1602,7 @@ class Machine:
         self.ledger = Ledger()
         self._rebuilt = True
         self.freeze, self.diverged, self.note, self.intent = None, {}, None, None
+        self.appending = None
         self.refusals.clear()
         self.settle = None
         self.locating.clear()
@@ -1632,6 +1661,7 @@ class Machine:
         self.ledger = fresh if fresh is not None else Ledger()
         self._rebuilt = True
         self.freeze, self.diverged, self.note, self.intent = None, {}, None, None
+        self.appending = None
         self.refusals.clear()
         self.locating.clear()
         self._adopt_stat(st)
@@ -1709,6 +1739,21 @@ class Machine:
     def peer_sizes_ahead(self) -> dict[str, int]:
         return {n: v.position.size - self.position.size for n, v in self.peers.items()
                 if v.position.size > self.position.size and n not in self.diverged}
+
+
+# A write() that a fatal signal interrupts, or that a power loss tears, stops on a page
+# boundary (the kernel copies page by page): 4096 on Linux, and larger pages are multiples.
+PAGE = 4096
+
+
+def _cut_short(appending: tuple[str, int, int] | None, end: int, file_size: int,
+               local: bytes, data: bytes) -> bool:
+    """Whether `local`, the bytes past our `end` (read up to the length of a peer's `data`
+    for that offset), are an append of ours cut short: inside the range we were appending
+    (`appending`), ending on a page boundary, and byte for byte what the peer sends there.
+    A local writer's torn line would have to be all three."""
+    return (appending is not None and appending[1] <= end and file_size <= appending[2]
+            and file_size % PAGE == 0 and bool(local) and data.startswith(local))
 
 
 def _first_read(snap: Snapshot) -> bytes:

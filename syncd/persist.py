@@ -79,6 +79,11 @@ class FileRecord:
     # to be that peer's (when the file's prefix still has that digest), not a local writer's
     # torn line.
     intent: tuple[str, int, int, str] | None = None
+    # The last append of whole lines that crossed a page boundary: (peer, start, end). A kill
+    # or a power loss can cut such a write() short on a page boundary, leaving the start of a
+    # line past our end; bytes there inside [start, end) that are exactly what a peer sends
+    # for that offset are ours (machine._cut_short). Written (not synced) before the append.
+    appending: tuple[str, int, int] | None = None
 
 
 @dataclass
@@ -139,6 +144,7 @@ class RecordStore:
             diverged_peers={k: Freeze(**v) for k, v in meta.get("diverged_peers", {}).items()},
             note=meta.get("note"),
             intent=_intent(meta.get("intent")),
+            appending=_appending(meta.get("appending")),
         )
         self._chain_written[(key, file)] = len(chain)
         return record, chain
@@ -224,6 +230,7 @@ class RecordStore:
             "diverged_peers": {k: v.to_json() for k, v in record.diverged_peers.items()},
             "note": record.note,
             "intent": list(record.intent) if record.intent else None,
+            "appending": list(record.appending) if record.appending else None,
         }
         _atomic_write(meta_path, orjson.dumps(meta, option=orjson.OPT_INDENT_2), durable)
 
@@ -234,6 +241,13 @@ class RecordStore:
         with self._io:
             self._chain_written.pop((key, file), None)
             self._done[(key, file)] = order
+
+
+def _appending(value: Any) -> tuple[str, int, int] | None:
+    if (isinstance(value, list) and len(value) == 3 and isinstance(value[0], str)
+            and all(isinstance(v, int) for v in value[1:])):
+        return (value[0], value[1], value[2])
+    return None
 
 
 def _intent(value: Any) -> tuple[str, int, int, str] | None:

@@ -446,7 +446,7 @@ class Replica:
             # Frozen before a ledger existed: keep the previous chain file as it is.
             loaded = records.load(self.key, self.file)
             chain = loaded[1] if loaded else []
-        if not e.durable and e.chain is not None:
+        if not e.durable and not e.inline and e.chain is not None:
             records.save_later(self.key, self.file, e.record, chain)
             return
         try:

@@ -21,6 +21,7 @@ from syncd.events import (
     Event,
     IoFailed,
     Loaded,
+    Log,
     Look,
     LookAgain,
     PeerData,
@@ -43,6 +44,7 @@ from syncd.frames import Announce, Data, Kind, Refuse, Request
 from syncd.ledger import BLOCK, Ledger, Position, digest_of
 from syncd.machine import (
     LOCATE_RETRY,
+    PAGE,
     Machine,
     Mode,
     Tuning,
@@ -437,9 +439,10 @@ class Disk:
 
 
 def shell(m: Machine, f: File, event: Event, disk: Disk,
-          die_before: type | None = None) -> list[object]:
+          die_before: type | None = None, die_at: int | None = None) -> list[object]:
     """Like `feed`, with the shell's Rehash (never below `hold`) and Persist, and a process
-    that dies just before the first effect of type `die_before`."""
+    that dies just before the first effect of type `die_before`, or in the write() of an
+    append that crosses file offset `die_at` (the kernel stops there: a page boundary)."""
     snap = f.snapshot(m, event)
     effects: list[object] = list(m.handle(event, snap, 1.0, 1e9 + 1.0))
     out = list(effects)
@@ -450,18 +453,21 @@ def shell(m: Machine, f: File, event: Event, disk: Disk,
             disk.record = e.record
             disk.chain = list(e.chain) if e.chain is not None else disk.chain
         elif isinstance(e, Append):
+            if die_at is not None and e.offset < die_at < e.offset + len(e.data):
+                f.write(e.data[: die_at - e.offset])
+                raise Killed
             f.write(e.data)
             st = Stat(1, f.inode, len(f.data), f.mtime, f.mtime)
-            out += shell(m, f, Appended(e.peer, e.data, st), disk, die_before)
+            out += shell(m, f, Appended(e.peer, e.data, st), disk, die_before, die_at)
         elif isinstance(e, Sync):
-            out += shell(m, f, Synced(), disk, die_before)
+            out += shell(m, f, Synced(), disk, die_before, die_at)
         elif isinstance(e, Redeliver):
-            out += shell(m, f, e.event, disk, die_before)
+            out += shell(m, f, e.event, disk, die_before, die_at)
         elif isinstance(e, Rehash):
             end = max(f.data.rfind(b"\n") + 1, min(e.hold, len(f.data)))
             ledger = Ledger()
             ledger.extend(bytes(f.data[:end]))
-            out += shell(m, f, Rehashed(e.purpose, ledger, e.why), disk, die_before)
+            out += shell(m, f, Rehashed(e.purpose, ledger, e.why), disk, die_before, die_at)
     return out
 
 
@@ -510,6 +516,51 @@ def test_a_peers_piece_after_its_unsynced_whole_lines_survives_a_kill() -> None:
     assert m.mode is Mode.LIVE and m.held == 2 * s + 100
     shell(m, f, piece(2 * s + 100, f, p2), disk)
     assert bytes(f.data) == 2 * LINE + LONG and not m.diverged
+
+
+# Whole lines, ~19 KB: their append crosses page boundaries, and one falls mid-line.
+LINES = b"".join(b'{"id": "%d", "p": "%s"}\n' % (i, b"x" * (i % 50)) for i in range(300))
+
+
+@pytest.mark.parametrize("whole", [True, False], ids=["whole-lines", "piece-of-a-line"])
+def test_an_append_cut_short_by_a_kill_is_the_peers_bytes_not_a_torn_line(whole: bool) -> None:
+    """Chaos (CI): c killed in the write() of a catch-up piece; the kernel stopped it on a
+    page boundary, mid-line. At start the line's beginning past c's end was taken for a local
+    writer's torn line, and c froze as diverged from every peer (a false divergence). The
+    record says which range was being appended; bytes there that are exactly the peer's
+    bytes for that offset are kept, and the rest of the piece is appended."""
+    m, f = live(LINE)
+    disk = Disk()
+    theirs = LINE + (LINES if whole else LINES[:-5])
+    s = len(LINE)
+    assert theirs[: 3 * PAGE].endswith(b"\n") is False
+    with pytest.raises(Killed):
+        shell(m, f, piece(s, theirs, theirs[s:]), disk, die_at=3 * PAGE)
+    assert len(f.data) == 3 * PAGE
+    m = restart(f, disk)
+    assert m.mode is Mode.LIVE and m.held < 3 * PAGE  # whole lines: the rest is past the end
+    out = shell(m, f, piece(m.held, theirs, theirs[m.held:]), disk)
+    assert not m.diverged and bytes(f.data) == theirs and m.held == len(theirs)
+    assert any(isinstance(e, Log) and "cut short" in e.message for e in out)
+
+
+def test_a_local_torn_line_that_reads_like_the_peers_bytes_is_still_refused() -> None:
+    """Bytes past our end on a page boundary that equal the peer's, but outside any append of
+    ours: a local writer's (split brain). Never taken for ours."""
+    m, f = live(LINE)
+    disk = Disk()
+    theirs = LINE + LINES
+    f.write(theirs[len(LINE): 3 * PAGE])  # the local bot, cut short: its line the peer's too
+    m = restart_from(m, f, disk)
+    out = shell(m, f, piece(m.held, theirs, theirs[m.held:]), disk)
+    assert m.diverged and bytes(f.data) == theirs[: 3 * PAGE]
+    assert not any(isinstance(e, Append) for e in out)
+
+
+def restart_from(m: Machine, f: File, disk: Disk) -> Machine:
+    """Record `m` as it is (a graceful stop), then start again on the file as it is now."""
+    disk.record, disk.chain = m._record_now(), list(m.ledger.chain if m.ledger else [])
+    return restart(f, disk)
 
 
 def test_a_piece_waits_for_a_durable_base_and_is_dropped_while_syncs_fail() -> None:

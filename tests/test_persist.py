@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from pathlib import Path
 
@@ -70,3 +71,11 @@ def test_a_queued_record_of_a_replaced_history_is_dropped(tmp_path: Path) -> Non
     store.save("k", F, record(5), chain(1, fill=1))  # the new history, chain rewritten whole
     got = RecordStore(tmp_path).load("k", F)
     assert got is not None and got[0].size == 5 and got[1] == chain(1, fill=1)
+
+
+def test_the_range_being_appended_survives_a_restart(tmp_path: Path) -> None:
+    store = RecordStore(tmp_path)
+    store.save("k", F, dataclasses.replace(record(10), appending=("b", 10, 9000)), chain(1),
+               durable=False)
+    got = RecordStore(tmp_path).load("k", F)
+    assert got is not None and got[0].appending == ("b", 10, 9000)

@@ -79,6 +79,7 @@ from syncd.reconcile import PeerState
 from syncd.store import Stat
 
 BLOCK_SIM = 64
+PAGE_SIM = 16  # the page size for writes cut short (machine.PAGE)
 KEY, FILE = "k", "events.jsonl"
 
 
@@ -87,13 +88,16 @@ def small_blocks(size: int = BLOCK_SIM) -> Iterator[None]:
     """Run with blocks of `size` bytes (the modules bound BLOCK at import: patch each)."""
     mods = (ledger_mod, machine_mod, reconcile_mod)
     saved = [m.BLOCK for m in mods]
+    saved_page = machine_mod.PAGE
     for m in mods:
         m.BLOCK = size  # type: ignore[attr-defined]
+    machine_mod.PAGE = PAGE_SIM
     try:
         yield
     finally:
         for m, v in zip(mods, saved, strict=True):
             m.BLOCK = v  # type: ignore[attr-defined]
+        machine_mod.PAGE = saved_page
 
 
 class Violation(AssertionError):
@@ -267,7 +271,10 @@ class SimHost:
                     what = (f" of {len(e.data)} at {e.offset}" if isinstance(e, Append) else
                             f" (intent {e.record.intent})" if isinstance(e, Persist) else "")
                     power = " (power loss)" if self.crash_power else ""
-                    w.log(f"  {self.name} dies before {type(e).__name__}{what}, "
+                    torn = self.tear(e) if isinstance(e, Append) else 0
+                    w.log(f"  {self.name} dies {'in' if torn else 'before'} "
+                          f"{type(e).__name__}{what}"
+                          f"{f' ({torn} bytes written)' if torn else ''}, "
                           f"{self.m.unsynced} unsynced{power}")
                     w._crash(self, power=self.crash_power)
                     raise Killed
@@ -354,6 +361,25 @@ class SimHost:
         f.origin += b"\x01" * len(e.data)
         f.mtime = w.tick_ns()
         return Appended(e.peer, e.data, f.stat())
+
+    def tear(self, e: Append) -> int:
+        """Killed in the middle of the write() of an append: the kernel stops between two
+        pages, so the bytes up to a page boundary inside it are in the file (half the time).
+        Returns how many."""
+        f = self.file
+        if (f is None or len(f.data) != e.offset or (e.inode is not None and f.inode !=
+                                                      e.inode[1])
+                or self.world.rng.random() < 0.5):
+            return 0
+        first = e.offset - e.offset % PAGE_SIM + PAGE_SIM
+        cuts = range(first, e.offset + len(e.data), PAGE_SIM)
+        if not cuts:
+            return 0
+        n = self.world.rng.choice(cuts) - e.offset
+        f.data += e.data[:n]
+        f.origin += b"\x01" * n
+        f.mtime = self.world.tick_ns()
+        return n
 
     def rehash(self, e: Rehash) -> Ledger | None:
         f = self.file
