@@ -1086,9 +1086,10 @@ class Machine:
     def _take_cut_short(self, ev: PeerData, local: bytes, st: Stat, now: float, wall: float,
                         out: list[Effect]) -> None:
         """The bytes past our end are the start of this peer's piece, and end on a page
-        boundary: an append of ours cut short (killed mid-write, or a power loss), whose
-        piece ended with a newline and so had no intent recorded. Count them as appended (they
-        are the peer's bytes, exactly), and append the rest of the piece."""
+        boundary inside the range we were appending: an append of ours cut short (killed
+        mid-write, or a power loss). An intent vouches only for a whole piece, and a piece of
+        whole lines has none. Count them as appended (they are the peer's bytes, exactly), and
+        append the rest of the piece."""
         d = ev.data
         out.append(Log(logging.INFO, f"{self.name}: the {len(local)} bytes past offset "
                                      f"{d.offset} are {ev.peer}'s, from an append of ours cut "
