@@ -1036,10 +1036,11 @@ class Machine:
                 elif past_end and change is LocalChange.GROWTH:
                     local = got[ledger.size - ledger.recheck_start():]
                     assert st is not None
-                    if _cut_short(self.appending, ledger.size, st.size, local, d.data):
+                    ours = _maybe_cut_short(self.appending, ledger.size, st.size)
+                    if ours and local and d.data.startswith(local):
                         self._take_cut_short(ev, local, st, now, wall, out)
                     else:
-                        self._torn_local_line(peer, local, now, wall, out)
+                        self._torn_local_line(peer, local, ours, now, wall, out)
                 return  # otherwise dropped: anti-entropy asks for it again
         if st is not None and (self.inode is None or ledger.size == 0):
             self.inode = st.inode
@@ -1076,20 +1077,22 @@ class Machine:
         a = self.appending
         return a is not None and a[1] <= d.offset and d.end <= a[2]
 
-    def _torn_local_line(self, peer: str, local: bytes, now: float, wall: float,
+    def _torn_local_line(self, peer: str, local: bytes, ours: bool, now: float, wall: float,
                          out: list[Effect]) -> None:
-        """A local writer's unfinished line sits past our end while `peer` sends other bytes
-        for the same offset: two histories. Never splice them: freeze, and tell the peer what
-        our file holds there so that it sees the fork too."""
+        """An unfinished line sits past our end while `peer` sends other bytes for the same
+        offset: a local writer's, or (`ours`) what an append of ours cut short left of the
+        history a peer held then. Two histories: never splice them: freeze, and tell the peer
+        what our file holds there so that it sees the fork too."""
         ledger = self.ledger
         assert ledger is not None
         at = ledger.size
         if local:
             self.refusals[peer] = Refuse(at + len(local), ledger.digest_with(local))
             out.append(Send(Kind.REFUSE, self.refusals[peer], to=peer))
-        self._diverge(peer, at, f"unfinished local line past offset {at} "
-                      f"({len(local)} bytes), while {peer} sent other bytes for that offset",
-                      now, wall, out)
+        what = ("the start of a line an append of ours cut short left" if ours
+                else "unfinished local line")
+        self._diverge(peer, at, f"{what} past offset {at} ({len(local)} bytes), while {peer} "
+                      "sent other bytes for that offset", now, wall, out)
 
     def _take_cut_short(self, ev: PeerData, local: bytes, st: Stat, now: float, wall: float,
                         out: list[Effect]) -> None:
@@ -1755,14 +1758,13 @@ class Machine:
 PAGE = 4096
 
 
-def _cut_short(appending: tuple[str, int, int] | None, end: int, file_size: int,
-               local: bytes, data: bytes) -> bool:
-    """Whether `local`, the bytes past our `end` (read up to the length of a peer's `data`
-    for that offset), are an append of ours cut short: inside the range we were appending
-    (`appending`), ending on a page boundary, and byte for byte what the peer sends there.
-    A local writer's torn line would have to be all three."""
+def _maybe_cut_short(appending: tuple[str, int, int] | None, end: int, file_size: int) -> bool:
+    """Whether the bytes past our `end` may be what an append of ours cut short left: inside
+    the range we were appending (`appending`), and ending on a page boundary. They are ours
+    if they are also byte for byte what a peer sends there: a local writer's torn line would
+    have to be all three."""
     return (appending is not None and appending[1] <= end and file_size <= appending[2]
-            and file_size % PAGE == 0 and bool(local) and data.startswith(local))
+            and file_size % PAGE == 0)
 
 
 def _first_read(snap: Snapshot) -> bytes:
