@@ -1063,19 +1063,13 @@ class Machine:
             if d.offset // PAGE != (d.end - 1) // PAGE:
                 self.appending = (peer, d.offset, d.end)  # a kill may cut the piece short
             out.append(self._persist_record(durable=True))
-        elif d.offset // PAGE != (d.end - 1) // PAGE and not self._appending_covers(d):
-            # Whole lines, but a write() that a kill may cut short mid-line: say so first. A
-            # fetch's window at once: one record for its pieces, not one each.
-            end = d.end
-            if self.fetch is not None and self.fetch.peer == peer:
-                end = max(end, self.fetch.upto)
-            self.appending = (peer, d.offset, end)
+        elif d.offset // PAGE != (d.end - 1) // PAGE:
+            # Whole lines, but a write() that a kill may cut short mid-line: say so first.
+            # This piece only: a wider range (a fetch's window) would vouch for a local
+            # writer's torn line after it (the simulator found one).
+            self.appending = (peer, d.offset, d.end)
             out.append(dataclasses.replace(self._persist_record(durable=False), inline=True))
         out.append(Append(d.offset, d.data, self.inode if st is not None else None, peer))
-
-    def _appending_covers(self, d: Data) -> bool:
-        a = self.appending
-        return a is not None and a[1] <= d.offset and d.end <= a[2]
 
     def _torn_local_line(self, peer: str, local: bytes, ours: bool, now: float, wall: float,
                          out: list[Effect]) -> None:
