@@ -554,7 +554,7 @@ class World:
         h.connected = True
         for other in self.hosts.values():
             if other is not h and other.connected:
-                self.at(self.now + 0.001, lambda o=other: o.deliver(PeerOnline(h.name, True)))
+                self.at(self.now + 0.001, lambda o=other: self._presence(o, h, True))
                 h.inbox.append(PeerOnline(other.name, True))
         for sender, a in self.retained.items():
             if sender != h.name:
@@ -568,7 +568,14 @@ class World:
         h.connected = False
         for other in self.hosts.values():
             if other is not h and other.connected:
-                self.at(self.now + 0.001, lambda o=other: o.deliver(PeerOnline(h.name, False)))
+                self.at(self.now + 0.001, lambda o=other: self._presence(o, h, False))
+
+    def _presence(self, to: SimHost, about: SimHost, online: bool) -> None:
+        # The node orders presence by connection (freshness.py): news that `about` went
+        # offline arriving after it is back (a broker restart shorter than the delivery) is
+        # stale, and dropped; so is news of a connection that ended meanwhile.
+        if about.connected == online:
+            to.deliver(PeerOnline(about.name, online))
 
     # --- faults -------------------------------------------------------------------------------
 
