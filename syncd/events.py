@@ -264,7 +264,15 @@ class Persist:
     chain: list[bytes] | None  # None: keep the chain file as it is
     durable: bool
     rebuilt: bool = False  # the chain was rebuilt: rewrite the chain file whole
-    inline: bool = False  # written before the next effect runs, even when not durable
+
+
+@dataclass(frozen=True, slots=True)
+class NoteAppending:
+    """Write down, before the append that follows, which peer's bytes [start, end) are being
+    appended (FileRecord.appending); None: nothing. In place and not synced: it costs a
+    pwrite, where a record costs a rename that the filesystem may flush."""
+
+    appending: tuple[str, int, int] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,5 +338,5 @@ class AdoptDone:
     result: dict[str, object]
 
 
-Effect = (Send | Append | Sync | Persist | Rehash | Archive | FindLine | LookAgain | Redeliver
-          | Reload | Log | Durable | LogCheck | AdoptDone | Reassess)
+Effect = (Send | Append | Sync | Persist | NoteAppending | Rehash | Archive | FindLine
+          | LookAgain | Redeliver | Reload | Log | Durable | LogCheck | AdoptDone | Reassess)

@@ -88,6 +88,7 @@ from syncd.events import (
     LogCheck,
     Look,
     LookAgain,
+    NoteAppending,
     PeerData,
     PeerForgotten,
     PeerOnline,
@@ -1060,15 +1061,13 @@ class Machine:
                     out.append(Redeliver(ev))
                 return  # while syncs fail: dropped, anti-entropy asks for it again
             self.intent = (peer, d.offset, d.end, ledger.digest_with(d.data).hex())
-            if d.offset // PAGE != (d.end - 1) // PAGE:
-                self.appending = (peer, d.offset, d.end)  # a kill may cut the piece short
             out.append(self._persist_record(durable=True))
-        elif d.offset // PAGE != (d.end - 1) // PAGE:
-            # Whole lines, but a write() that a kill may cut short mid-line: say so first.
-            # This piece only: a wider range (a fetch's window) would vouch for a local
-            # writer's torn line after it (the simulator found one).
+        if d.offset // PAGE != (d.end - 1) // PAGE:
+            # A write() that a kill may cut short mid-line (an intent vouches only for the
+            # whole piece): say so first. This piece only: a wider range (a fetch's window)
+            # would vouch for a local writer's torn line after it (the simulator found one).
             self.appending = (peer, d.offset, d.end)
-            out.append(dataclasses.replace(self._persist_record(durable=False), inline=True))
+            out.append(NoteAppending(self.appending))
         out.append(Append(d.offset, d.data, self.inode if st is not None else None, peer))
 
     def _torn_local_line(self, peer: str, local: bytes, ours: bool, now: float, wall: float,
@@ -1412,7 +1411,6 @@ class Machine:
             mtime_ns=st.mtime_ns if st else 0, ctime_ns=st.ctime_ns if st else 0,
             partial=ledger.partial_digest() if ledger else b"", freeze=self.freeze,
             diverged_peers=dict(self.diverged), note=self.note, intent=self.intent,
-            appending=self.appending,
         )
 
     def _persist_ready(self) -> bool:
@@ -1609,6 +1607,7 @@ class Machine:
         self._rebuilt = True
         self.freeze, self.diverged, self.note, self.intent = None, {}, None, None
         self.appending = None
+        out.append(NoteAppending(None))  # about the history just replaced
         self.refusals.clear()
         self.settle = None
         self.locating.clear()
@@ -1668,6 +1667,7 @@ class Machine:
         self._rebuilt = True
         self.freeze, self.diverged, self.note, self.intent = None, {}, None, None
         self.appending = None
+        out.append(NoteAppending(None))  # about the history just replaced
         self.refusals.clear()
         self.locating.clear()
         self._adopt_stat(st)

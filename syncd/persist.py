@@ -79,11 +79,15 @@ class FileRecord:
     # to be that peer's (when the file's prefix still has that digest), not a local writer's
     # torn line.
     intent: tuple[str, int, int, str] | None = None
-    # The last append of whole lines that crossed a page boundary: (peer, start, end). A kill
-    # or a power loss can cut such a write() short on a page boundary, leaving the start of a
-    # line past our end; bytes there inside [start, end) that are exactly what a peer sends
-    # for that offset are ours (machine._cut_short). Written (not synced) before the append.
+    # The last append that crossed a page boundary: (peer, start, end). A kill or a power
+    # loss can cut such a write() short on a page boundary, leaving the start of a line past
+    # our end; bytes there inside [start, end) that are exactly what a peer sends for that
+    # offset are ours (machine._maybe_cut_short). Kept apart from the record, in
+    # `<file>.appending` (RecordStore.note_appending), written before each such append.
     appending: tuple[str, int, int] | None = None
+
+
+NOTE_SIZE = 512  # bytes of an `.appending` note (longer only for very long node names)
 
 
 @dataclass
@@ -144,7 +148,7 @@ class RecordStore:
             diverged_peers={k: Freeze(**v) for k, v in meta.get("diverged_peers", {}).items()},
             note=meta.get("note"),
             intent=_intent(meta.get("intent")),
-            appending=_appending(meta.get("appending")),
+            appending=self._load_appending(key, file),
         )
         self._chain_written[(key, file)] = len(chain)
         return record, chain
@@ -230,9 +234,32 @@ class RecordStore:
             "diverged_peers": {k: v.to_json() for k, v in record.diverged_peers.items()},
             "note": record.note,
             "intent": list(record.intent) if record.intent else None,
-            "appending": list(record.appending) if record.appending else None,
         }
         _atomic_write(meta_path, orjson.dumps(meta, option=orjson.OPT_INDENT_2), durable)
+
+    def note_appending(self, key: str, file: str, appending: tuple[str, int, int] | None
+                       ) -> None:
+        """Write `appending` in place (a pwrite, not synced: it must outlive a kill of this
+        process, and a power loss drops the unsynced bytes it is about anyway). Padded to a
+        fixed length, so that a shorter note never leaves a longer one's end behind."""
+        path = self.folder(key) / f"{file}.appending"
+        data = orjson.dumps(list(appending) if appending else None).ljust(NOTE_SIZE)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        except FileNotFoundError:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            os.pwrite(fd, data, 0)
+        finally:
+            os.close(fd)
+
+    def _load_appending(self, key: str, file: str) -> tuple[str, int, int] | None:
+        try:
+            raw = (self.folder(key) / f"{file}.appending").read_bytes()
+            return _appending(orjson.loads(raw))
+        except (OSError, orjson.JSONDecodeError):
+            return None  # none, or unreadable: bytes past our end are then judged without it
 
     def forget_chain(self, key: str, file: str) -> None:
         """The ledger was rebuilt: the next save rewrites the chain file whole (atomically),

@@ -47,6 +47,7 @@ from syncd.events import (
     LogCheck,
     Look,
     LookAgain,
+    NoteAppending,
     PeerForgotten,
     Persist,
     Reassess,
@@ -351,6 +352,12 @@ class Replica:
                     self._follow_log()
                 case Persist():
                     self._persist(e)
+                case NoteAppending(appending=appending):
+                    try:
+                        self.host.records.note_appending(self.key, self.file, appending)
+                    except OSError as err:
+                        log.warning("%s: cannot note the append under way: %s", self.name,
+                                    err.strerror or err)
                 case Rehash():
                     await self._rehash(e)
                 case Archive(manifest=manifest):
@@ -446,7 +453,7 @@ class Replica:
             # Frozen before a ledger existed: keep the previous chain file as it is.
             loaded = records.load(self.key, self.file)
             chain = loaded[1] if loaded else []
-        if not e.durable and not e.inline and e.chain is not None:
+        if not e.durable and e.chain is not None:
             records.save_later(self.key, self.file, e.record, chain)
             return
         try:

@@ -7,6 +7,8 @@ each; the end-to-end tests stay the acceptance layer.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from syncd.events import (
@@ -24,6 +26,7 @@ from syncd.events import (
     Log,
     Look,
     LookAgain,
+    NoteAppending,
     PeerData,
     PeerOnline,
     PeerPos,
@@ -436,6 +439,7 @@ class Disk:
     def __init__(self) -> None:
         self.record: FileRecord | None = None
         self.chain: list[bytes] = []
+        self.noted: tuple[str, int, int] | None = None  # the `.appending` note
 
 
 def shell(m: Machine, f: File, event: Event, disk: Disk,
@@ -452,6 +456,8 @@ def shell(m: Machine, f: File, event: Event, disk: Disk,
         if isinstance(e, Persist):
             disk.record = e.record
             disk.chain = list(e.chain) if e.chain is not None else disk.chain
+        elif isinstance(e, NoteAppending):
+            disk.noted = e.appending
         elif isinstance(e, Append):
             if die_at is not None and e.offset < die_at < e.offset + len(e.data):
                 f.write(e.data[: die_at - e.offset])
@@ -474,7 +480,8 @@ def shell(m: Machine, f: File, event: Event, disk: Disk,
 def restart(f: File, disk: Disk) -> Machine:
     m = Machine("a", "k", "events.jsonl", "symmetric", Tuning(), online={"b": True})
     assert disk.record is not None
-    shell(m, f, Loaded(disk.record, list(disk.chain)), disk)
+    shell(m, f, Loaded(dataclasses.replace(disk.record, appending=disk.noted),
+                       list(disk.chain)), disk)
     return m
 
 
@@ -531,6 +538,7 @@ def test_an_append_cut_short_by_a_kill_is_the_peers_bytes_not_a_torn_line(whole:
     bytes for that offset are kept, and the rest of the piece is appended."""
     m, f = live(LINE)
     disk = Disk()
+    disk.record, disk.chain = m._record_now(), list(m.ledger.chain if m.ledger else [])
     theirs = LINE + (LINES if whole else LINES[:-5])
     s = len(LINE)
     assert theirs[: 3 * PAGE].endswith(b"\n") is False

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from pathlib import Path
 
@@ -75,7 +74,11 @@ def test_a_queued_record_of_a_replaced_history_is_dropped(tmp_path: Path) -> Non
 
 def test_the_range_being_appended_survives_a_restart(tmp_path: Path) -> None:
     store = RecordStore(tmp_path)
-    store.save("k", F, dataclasses.replace(record(10), appending=("b", 10, 9000)), chain(1),
-               durable=False)
+    store.save("k", F, record(10), chain(1), durable=False)
+    store.note_appending("k", F, ("a-long-node-name", 10, 9000))
+    store.note_appending("k", F, ("b", 10, 900))  # shorter: nothing of the first stays
     got = RecordStore(tmp_path).load("k", F)
-    assert got is not None and got[0].appending == ("b", 10, 9000)
+    assert got is not None and got[0].appending == ("b", 10, 900)
+    store.note_appending("k", F, None)
+    got = RecordStore(tmp_path).load("k", F)
+    assert got is not None and got[0].appending is None

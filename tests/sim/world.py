@@ -46,6 +46,7 @@ from syncd.events import (
     LogCheck,
     Look,
     LookAgain,
+    NoteAppending,
     PeerData,
     PeerOnline,
     PeerPos,
@@ -139,6 +140,7 @@ class SimHost:
     look_pending: bool = False
     stored: Stored | None = None  # the record as written (survives a crash of the process)
     stored_durable: Stored | None = None  # what survives a power loss
+    noted: tuple[str, int, int] | None = None  # the `.appending` note (survives a crash only)
     fail_reads: int = 0  # the next reads fail (EMFILE)
     fail_appends: int = 0  # the next appends fail (ENOSPC)
     look_failing: bool = False
@@ -176,9 +178,8 @@ class SimHost:
         self.inbox.clear()
         self.look_pending = False
         self.busy = False
-        st = self.stored
         try:
-            self.handle(Loaded(st.record, list(st.chain)) if st else Loaded(None, []))
+            self.handle(self.loaded())
         except Killed:
             return
         self.look_pending = True
@@ -319,8 +320,9 @@ class SimHost:
                 case Reassess():
                     self.inbox.append(e)
                 case Reload():
-                    st = self.stored
-                    self.handle(Loaded(st.record, list(st.chain)) if st else Loaded(None, []))
+                    self.handle(self.loaded())
+                case NoteAppending():
+                    self.noted = e.appending
                 case AdoptDone():
                     w.check_adopted(self, e)
                 case Log():
@@ -361,6 +363,13 @@ class SimHost:
         f.origin += b"\x01" * len(e.data)
         f.mtime = w.tick_ns()
         return Appended(e.peer, e.data, f.stat())
+
+    def loaded(self) -> Loaded:
+        """What RecordStore.load returns: the record, with the `.appending` note."""
+        st = self.stored
+        if st is None:
+            return Loaded(None, [])
+        return Loaded(dataclasses.replace(st.record, appending=self.noted), list(st.chain))
 
     def tear(self, e: Append) -> int:
         """Killed in the middle of the write() of an append: the kernel stops between two
@@ -694,7 +703,7 @@ class World:
 
     def fault_wipe_state(self, h: SimHost) -> None:
         self._crash(h, power=False)
-        h.stored = h.stored_durable = None
+        h.stored = h.stored_durable = h.noted = None
         h.tampered = True  # its history restarts from the file as it is (torn pieces out)
 
     def _crash(self, h: SimHost, power: bool) -> None:
@@ -709,6 +718,7 @@ class World:
             h.file.data = bytearray(h.file.synced)
             del h.file.origin[len(h.file.data):]
             h.stored = h.stored_durable
+            h.noted = None  # never synced
         h.alive = False
         h.crash_in = 0
         h.machine = None
