@@ -273,6 +273,7 @@ class NoteAppending:
     pwrite, where a record costs a rename that the filesystem may flush."""
 
     appending: tuple[str, int, int] | None
+    durable: bool = False  # synced too: it may be needed after a power loss (at start-up)
 
 
 @dataclass(frozen=True, slots=True)

@@ -594,6 +594,10 @@ class Machine:
             # to have the digest we recorded: a writer's torn line may sit there instead.
             hold = intent[2]
             self._intent_check = (intent[2], bytes.fromhex(intent[3]))
+        if self.appending is not None and st.size > rec.size:
+            # What a kill cut short may sit past our end until a peer's bytes explain it:
+            # the note must now outlive a power loss too (the file's bytes will be synced).
+            out.append(NoteAppending(self.appending, durable=True))
         out.append(Rehash("load", hold=hold))
 
     def _finish_load_frozen(self, out: list[Effect]) -> None:

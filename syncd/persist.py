@@ -237,8 +237,8 @@ class RecordStore:
         }
         _atomic_write(meta_path, orjson.dumps(meta, option=orjson.OPT_INDENT_2), durable)
 
-    def note_appending(self, key: str, file: str, appending: tuple[str, int, int] | None
-                       ) -> None:
+    def note_appending(self, key: str, file: str, appending: tuple[str, int, int] | None,
+                       durable: bool = False) -> None:
         """Write `appending` in place (a pwrite, not synced: it must outlive a kill of this
         process, and a power loss drops the unsynced bytes it is about anyway). Padded to a
         fixed length, so that a shorter note never leaves a longer one's end behind."""
@@ -251,6 +251,8 @@ class RecordStore:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         try:
             os.pwrite(fd, data, 0)
+            if durable:
+                os.fdatasync(fd)
         finally:
             os.close(fd)
 

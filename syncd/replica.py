@@ -352,9 +352,10 @@ class Replica:
                     self._follow_log()
                 case Persist():
                     self._persist(e)
-                case NoteAppending(appending=appending):
+                case NoteAppending(appending=appending, durable=durable):
                     try:
-                        self.host.records.note_appending(self.key, self.file, appending)
+                        self.host.records.note_appending(self.key, self.file, appending,
+                                                         durable)
                     except OSError as err:
                         log.warning("%s: cannot note the append under way: %s", self.name,
                                     err.strerror or err)

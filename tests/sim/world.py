@@ -140,7 +140,8 @@ class SimHost:
     look_pending: bool = False
     stored: Stored | None = None  # the record as written (survives a crash of the process)
     stored_durable: Stored | None = None  # what survives a power loss
-    noted: tuple[str, int, int] | None = None  # the `.appending` note (survives a crash only)
+    noted: tuple[str, int, int] | None = None  # the `.appending` note (survives a crash)
+    noted_durable: tuple[str, int, int] | None = None  # what survives a power loss
     fail_reads: int = 0  # the next reads fail (EMFILE)
     fail_appends: int = 0  # the next appends fail (ENOSPC)
     look_failing: bool = False
@@ -323,6 +324,8 @@ class SimHost:
                     self.handle(self.loaded())
                 case NoteAppending():
                     self.noted = e.appending
+                    if e.durable:
+                        self.noted_durable = e.appending
                 case AdoptDone():
                     w.check_adopted(self, e)
                 case Log():
@@ -703,7 +706,7 @@ class World:
 
     def fault_wipe_state(self, h: SimHost) -> None:
         self._crash(h, power=False)
-        h.stored = h.stored_durable = h.noted = None
+        h.stored = h.stored_durable = h.noted = h.noted_durable = None
         h.tampered = True  # its history restarts from the file as it is (torn pieces out)
 
     def _crash(self, h: SimHost, power: bool) -> None:
@@ -718,7 +721,7 @@ class World:
             h.file.data = bytearray(h.file.synced)
             del h.file.origin[len(h.file.data):]
             h.stored = h.stored_durable
-            h.noted = None  # never synced
+            h.noted = h.noted_durable
         h.alive = False
         h.crash_in = 0
         h.machine = None
