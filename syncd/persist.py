@@ -239,9 +239,11 @@ class RecordStore:
 
     def note_appending(self, key: str, file: str, appending: tuple[str, int, int] | None,
                        durable: bool = False) -> None:
-        """Write `appending` in place (a pwrite, not synced: it must outlive a kill of this
-        process, and a power loss drops the unsynced bytes it is about anyway). Padded to a
-        fixed length, so that a shorter note never leaves a longer one's end behind."""
+        """Write `appending` in place: a pwrite, synced only if `durable`. Before an append it
+        must outlive a kill of this process (a power loss drops the unsynced bytes it is
+        about too); at a start after a crash, when such bytes may sit past our end and will be
+        synced, the machine asks for it durable. Padded to a fixed length, so that a shorter
+        note never leaves a longer one's end behind."""
         path = self.folder(key) / f"{file}.appending"
         data = orjson.dumps(list(appending) if appending else None).ljust(NOTE_SIZE)
         try:
