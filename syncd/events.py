@@ -57,6 +57,9 @@ class Loaded:
     record: FileRecord | None
     chain: list[bytes]
     problem: str | None = None  # the record was unreadable (it is then ignored)
+    # Without a record: the `.appending` note (FileRecord.appending), e.g. of a first catch-up
+    # killed before its first record.
+    appending: tuple[str, int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -111,6 +111,11 @@ class Ledger:
         return self._partial.digest()
 
     @property
+    def open_line_start(self) -> int | None:
+        """Where the unfinished line at our end begins, if we end mid-line (and know it)."""
+        return self._line_start if self._ends_line is False else None
+
+    @property
     def tail(self) -> bytes:
         """The bytes after the last full block (fewer than BLOCK)."""
         return bytes(self._tail)

@@ -543,6 +543,9 @@ class Machine:
             if st is None:
                 self._start(Ledger(), None, now, wall, out)
             else:
+                self.appending = ev.appending
+                if self.appending is not None:  # as below: bytes past our (empty) record
+                    out.append(NoteAppending(self.appending, durable=True))
                 out.append(Rehash("load"))
             return
         self._record, self._record_chain = rec, ev.chain
@@ -1070,7 +1073,11 @@ class Machine:
             # A write() that a kill may cut short mid-line (an intent vouches only for the
             # whole piece): say so first. This piece only: a wider range (a fetch's window)
             # would vouch for a local writer's torn line after it (the simulator found one).
-            self.appending = (peer, d.offset, d.end)
+            # From the start of the line it continues, if that line is unfinished here: a
+            # restart counts whole lines only, so bytes of ours before this piece (an append
+            # cut short that we took back, say) would sit past our end too.
+            start = ledger.open_line_start
+            self.appending = (peer, d.offset if start is None else min(start, d.offset), d.end)
             out.append(NoteAppending(self.appending))
         out.append(Append(d.offset, d.data, self.inode if st is not None else None, peer))
 

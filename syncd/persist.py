@@ -148,7 +148,7 @@ class RecordStore:
             diverged_peers={k: Freeze(**v) for k, v in meta.get("diverged_peers", {}).items()},
             note=meta.get("note"),
             intent=_intent(meta.get("intent")),
-            appending=self._load_appending(key, file),
+            appending=self.load_appending(key, file),
         )
         self._chain_written[(key, file)] = len(chain)
         return record, chain
@@ -258,7 +258,7 @@ class RecordStore:
         finally:
             os.close(fd)
 
-    def _load_appending(self, key: str, file: str) -> tuple[str, int, int] | None:
+    def load_appending(self, key: str, file: str) -> tuple[str, int, int] | None:
         try:
             raw = (self.folder(key) / f"{file}.appending").read_bytes()
             return _appending(orjson.loads(raw))

@@ -278,7 +278,8 @@ class Replica:
     async def _load(self) -> None:
         try:
             loaded = self.host.records.load(self.key, self.file)
-            event: Event = Loaded(*loaded) if loaded else Loaded(None, [])
+            event: Event = (Loaded(*loaded) if loaded else Loaded(
+                None, [], appending=self.host.records.load_appending(self.key, self.file)))
         except ValueError as e:
             event = Loaded(None, [], problem=str(e))
         except OSError as e:

@@ -552,6 +552,23 @@ def test_an_append_cut_short_by_a_kill_is_the_peers_bytes_not_a_torn_line(whole:
     assert any(isinstance(e, Log) and "cut short" in e.message for e in out)
 
 
+def test_a_first_catch_up_cut_short_before_any_record_keeps_the_peers_bytes() -> None:
+    """A new standby killed inside its first appends, before it ever recorded a position:
+    the note alone says which range was being appended."""
+    m = Machine("a", "k", "events.jsonl", "symmetric", Tuning(), online={"b": True})
+    f = File()
+    feed(m, f, Loaded(None, []))
+    disk = Disk()
+    with pytest.raises(Killed):
+        shell(m, f, piece(0, LINES, LINES), disk, die_at=2 * PAGE)
+    assert disk.record is None and disk.noted == ("b", 0, len(LINES))
+    m = Machine("a", "k", "events.jsonl", "symmetric", Tuning(), online={"b": True})
+    out = shell(m, f, Loaded(None, [], appending=disk.noted), disk)
+    assert any(isinstance(e, NoteAppending) and e.durable for e in out)
+    shell(m, f, piece(m.held, LINES, LINES[m.held:]), disk)
+    assert not m.diverged and bytes(f.data) == LINES and m.held == len(LINES)
+
+
 def test_a_local_torn_line_that_reads_like_the_peers_bytes_is_still_refused() -> None:
     """Bytes past our end on a page boundary that equal the peer's, but outside any append of
     ours: a local writer's (split brain). Never taken for ours."""

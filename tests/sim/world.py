@@ -371,7 +371,7 @@ class SimHost:
         """What RecordStore.load returns: the record, with the `.appending` note."""
         st = self.stored
         if st is None:
-            return Loaded(None, [])
+            return Loaded(None, [], appending=self.noted)
         return Loaded(dataclasses.replace(st.record, appending=self.noted), list(st.chain))
 
     def tear(self, e: Append) -> int:
