@@ -246,11 +246,12 @@ class RecordStore:
         note never leaves a longer one's end behind."""
         path = self.folder(key) / f"{file}.appending"
         data = orjson.dumps(list(appending) if appending else None).ljust(NOTE_SIZE)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-        except FileNotFoundError:
+            fd = os.open(path, flags, 0o600)
+        except FileNotFoundError:  # the key's first note, before its first record
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            fd = os.open(path, flags, 0o600)
         try:
             os.pwrite(fd, data, 0)
             if durable:
