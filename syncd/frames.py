@@ -41,6 +41,7 @@ import binascii
 import hashlib
 import re
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -184,13 +185,15 @@ def to_topic(prefix: str, to: str, node: str) -> str:
     return f"{prefix}/t/{level(to)}/{level(node)}"
 
 
-def subscriptions(prefix: str, node: str) -> list[str]:
-    return [
-        f"{prefix}/n/+",
-        f"{prefix}/p/+/+/+",
-        f"{prefix}/a/+",
-        f"{prefix}/t/{level(node)}/+",
-    ]
+def subscriptions(prefix: str, node: str, peers: Iterable[str]) -> list[str]:
+    """What `node` listens to: everyone's presence (a host missing from [peers] shows up as
+    refused, once per connection), what is addressed to it, and the batches and positions of
+    each listed peer. Not `a/+` or `p/+/+/+`: the broker would send every batch of ours
+    back to us, a read and a parse per frame for nothing (a writer's largest MQTT cost)."""
+    topics = [f"{prefix}/n/+", f"{prefix}/t/{level(node)}/+"]
+    for peer in sorted(set(peers) - {node}):
+        topics += [f"{prefix}/a/{level(peer)}", f"{prefix}/p/{level(peer)}/+/+"]
+    return topics
 
 
 _LEVELS = {Channel.PRESENCE: 1, Channel.POSITION: 3, Channel.ALL: 1, Channel.TO: 2}

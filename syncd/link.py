@@ -143,6 +143,12 @@ class Session:
             granted = await self._wait(done, SUBSCRIBE_TIMEOUT, f"no SUBACK for {topic}")
             _check_granted(topic, granted)
 
+    def unsubscribe(self, topics: list[str]) -> None:
+        """Without waiting for the UNSUBACK: what still comes meanwhile is refused anyway."""
+        for topic in topics:
+            self._client.unsubscribe(topic)
+        self._pump()
+
     async def publish_acked(self, topic: str, payload: bytes, within: float) -> None:
         """Publish retained and wait for the PUBACK (presence: it must be there)."""
         info = self._client.publish(topic, payload, qos=1, retain=True)
@@ -286,8 +292,11 @@ class Link:
         on_message: Callable[[str, bytes], None],
         on_connected: Callable[[], Awaitable[None]],
         seal: Callable[[str, bool, int], bytes],
+        subscriptions: Callable[[], list[str]],
     ) -> None:
         self._config = config
+        self._subscriptions = subscriptions  # the topics to listen to now (peers may change)
+        self._subscribed: list[str] = []  # those of the current session
         self._seal = seal  # (topic, online, connection number) -> signed presence frame
         self._on_message = on_message
         self._on_connected = on_connected
@@ -340,8 +349,8 @@ class Link:
             try:
                 await session.open()
                 self._session = session
-                await session.subscribe(
-                    frames.subscriptions(m.topic_prefix, self._config.node), m.subscribe_qos)
+                self._subscribed = self._subscriptions()
+                await session.subscribe(self._subscribed, m.subscribe_qos)
                 await session.publish_acked(
                     self._presence_topic, self._seal(self._presence_topic, True, conn),
                     CONNECT_TIMEOUT)
@@ -425,6 +434,21 @@ class Link:
         except Exception:
             # One bad message must not take the link down.
             log.exception("error handling message on %s", topic)
+
+    async def resubscribe(self) -> None:
+        """Listen to what `subscriptions()` says now (peers added or removed by a reload): the
+        retained positions of an added peer arrive at once. Not connected: the next connection
+        subscribes to the new list anyway."""
+        session = self._session
+        if session is None or not self.connected.is_set():
+            return
+        wanted = self._subscriptions()
+        added = [t for t in wanted if t not in self._subscribed]
+        removed = [t for t in self._subscribed if t not in wanted]
+        self._subscribed = wanted
+        session.unsubscribe(removed)
+        with contextlib.suppress(LinkError):  # the session is ending: the next one subscribes
+            await session.subscribe(added, self._config.mqtt.subscribe_qos)
 
     def publish(self, topic: str, payload: bytes, retain: bool = False, qos: int = 1) -> bool:
         """Hand a publish to the connection, in call order, without waiting for it.

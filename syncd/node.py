@@ -127,7 +127,8 @@ class Node:
         self.epoch = 0  # this run's number, counted up in check_dirs()
         self._seq = itertools.count()
         self._guard = ReplayGuard()
-        self.link = Link(config, self._on_message, self._on_connected, self.seal_presence)
+        self.link = Link(config, self._on_message, self._on_connected, self.seal_presence,
+                         self._subscriptions)
         self._outbox = Outbox(self._publish_batch, config.chunk_bytes)
         self._positions = PositionSender(
             lambda item: self._outbox.add(frames.all_topic(self._prefix, self.node), "", item),
@@ -337,9 +338,12 @@ class Node:
                         ", ".join(changed))
             config = dataclasses.replace(config, **{n: getattr(self.config, n) for n in fixed})
         removed = set(self.config.peers) - set(config.peers)
+        peers_changed = config.peers.keys() != self.config.peers.keys()
         self.config = config
         for node in sorted(removed):
             self._unlist(node)
+        if peers_changed:
+            await self.link.resubscribe()
         self.chunk_bytes = config.chunk_bytes
         self._outbox.limit = config.chunk_bytes
         self.fetch_window = config.fetch_window_bytes
@@ -630,6 +634,9 @@ class Node:
         if line is not None:
             log.warning("%s", line, extra={"peer": event.peer})
         return False
+
+    def _subscriptions(self) -> list[str]:
+        return frames.subscriptions(self._prefix, self.node, self.config.peers)
 
     @property
     def _listed(self) -> dict[str, tuple[str, Any]]:

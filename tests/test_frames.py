@@ -6,6 +6,7 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from paho.mqtt.client import topic_matches_sub
 
 from syncd import frames
 from syncd.frames import (
@@ -122,8 +123,21 @@ def test_topics_parse_and_subscriptions_cover_them() -> None:
         Channel.POSITION, "a", key="bot-1", file=frames.level("events.jsonl"))
     assert frames.parse_topic(P, TO_TOPIC) == frames.Route(Channel.TO, "a", to="b")
     assert frames.parse_topic(P, ALL_TOPIC) == frames.Route(Channel.ALL, "a")
-    subs = frames.subscriptions(P, "b")
-    assert f"{P}/t/b/+" in subs and f"{P}/p/+/+/+" in subs
+    subs = frames.subscriptions(P, "b", ["a", "b", "长"])
+    far = frames.level("长")
+    assert subs == [f"{P}/n/+", f"{P}/t/b/+", f"{P}/a/a", f"{P}/p/a/+/+", f"{P}/a/{far}",
+                    f"{P}/p/{far}/+/+"]
+
+    def heard(topic: str) -> bool:
+        return any(topic_matches_sub(sub, topic) for sub in subs)
+
+    assert heard(POS_TOPIC) and heard(TO_TOPIC) and heard(ALL_TOPIC)
+    assert heard(frames.presence_topic(P, "stranger"))  # refused by name, so it is seen
+    # Our own batches and positions do not come back; nor does what is addressed to others.
+    assert not heard(frames.all_topic(P, "b"))
+    assert not heard(frames.position_topic(P, "b", "bot-1", "events.jsonl"))
+    assert not heard(frames.to_topic(P, "a", "长"))
+    assert not heard(frames.all_topic(P, "stranger"))
 
 
 @pytest.mark.parametrize(

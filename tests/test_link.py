@@ -83,7 +83,8 @@ def test_a_frame_published_while_a_message_is_handled_leaves_and_the_loop_runs_o
         async def on_connected() -> None:
             link.publish(ping, b"ping", qos=1)
 
-        link = Link(config, on_message, on_connected, lambda topic, online, conn: b"presence")
+        link = Link(config, on_message, on_connected, lambda topic, online, conn: b"presence",
+                    lambda: ["t/a/+"])
         running = asyncio.create_task(link.run())
         try:
             await asyncio.wait_for(echoed.wait(), 20)

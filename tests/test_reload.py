@@ -66,3 +66,30 @@ def test_reload_names_the_problem_when_the_daemon_cannot_apply_that_file(
     down = reload(a.config)
     assert down.returncode == 1
     assert down.stderr.startswith("syncd: reload failed: syncd is not running"), down.stderr
+
+
+def test_a_host_added_to_peers_by_a_reload_is_heard_at_once(
+    tmp_path: Path, broker: Broker, make_daemon: Callable[..., Daemon]
+) -> None:
+    """Each host subscribes to the batches and positions of its peers only (its own would
+    come back to it): a reload that adds a peer subscribes to it, and the position it left
+    retained arrives at once; the standby fetches the log without the new host writing again."""
+    b = make_daemon("b", broker)
+    h = Daemon(tmp_path, "h", broker, listed=False)
+    h.path("bot-1").parent.mkdir(parents=True)
+    h.path("bot-1").write_bytes(ishiki_lines(30))
+    h.start()
+    try:
+        wait_until(lambda: "a node not listed in [peers]" in b.read_log(), 10,
+                   "b to refuse the unlisted host")
+        assert not b.path("bot-1").exists()
+        b.write_config({**b.peers(), "h": h.identity.public})
+        assert reload(b.config).returncode == 0
+        wait_until(lambda: b.path("bot-1").exists()
+                   and b.path("bot-1").read_bytes() == h.path("bot-1").read_bytes(), 10,
+                   "b to fetch the new peer's log")
+        b.write_config({n: k for n, k in b.peers().items() if n != "h"})
+        assert reload(b.config).returncode == 0
+        assert "node h is no longer in [peers]" in b.read_log()
+    finally:
+        h.kill()
