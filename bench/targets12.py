@@ -8,7 +8,9 @@ Steps (names for --only): cpu500 (500 writes/s, two standbys: CPU per write of e
 stock (500 writes/s through a stock-config Mosquitto, one standby), w2000 (2000 writes/s, two
 standbys), w5000 (5000 writes/s, one standby), busy (the busy-keys curve, bench_busy.py),
 idle (1000 idle keys: CPU and RSS, bench_scale.py), catchup (a new standby `--catchup-mb` MB
-behind). Every wait is bounded: a copy that never catches up is reported as missing writes.
+behind), floor (the same CPU per write and catch-up for a bare paho + Ed25519 pipeline without
+syncd's logic, bench_floor.py: what this machine allows at all). Every wait is bounded: a copy
+that never catches up is reported as missing writes.
 
 The machine may be shared: each row shows the CPU other processes used meanwhile (100 % = one
 core) and the load average at its start; --quiet-wait S waits up to S s for them to calm down
@@ -29,7 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import bench_busy, bench_replication, bench_scale
+from bench import bench_busy, bench_floor, bench_replication, bench_scale
 from bench.harness import BackgroundMeter, Stats, ms, wait_quiet
 
 CPU_PER_WRITE_US = 150.0
@@ -37,7 +39,7 @@ STOCK_P99_MS = 20.0
 W2000_P99_MS = 20.0
 W5000_P99_MS = 50.0
 IDLE_CPU_PCT, RSS_MB, CATCHUP_MB_S = 1.0, 150.0, 200.0
-STEPS = ("cpu500", "stock", "w2000", "w5000", "busy", "idle", "catchup")
+STEPS = ("cpu500", "stock", "w2000", "w5000", "busy", "idle", "catchup", "floor")
 
 
 def ok(good: bool) -> str:
@@ -179,6 +181,20 @@ def main() -> None:
                          f"{r['mb_s']:.0f} MB/s (streaming {r['streaming_mb_s']:.0f} MB/s)",
                          ok(r["mb_s"] >= CATCHUP_MB_S)]]
             run.step("catchup", catchup)
+        if "floor" in only:
+            def floor(d: Path) -> list[list[str]]:
+                rows = []
+                for raw in (False, True):
+                    reader = "its own socket reader" if raw else "paho"
+                    w = bench_floor.per_write(d / f"w{raw}", 500, secs, 0.01, raw)
+                    c = bench_floor.catchup(d / f"c{raw}", args.catchup_mb, 256 * 1024, raw)
+                    rows += [[f"floor, no syncd logic, standby reading with {reader}: CPU per "
+                              "write at 500 writes/s, writer / standby",
+                              f"{w['writer_us']:.0f} / {w['standby_us']:.0f} µs", "(reported)"],
+                             [f"floor, no syncd logic, standby reading with {reader}: catch-up "
+                              f"of {args.catchup_mb} MB", f"{c['mb_s']:.0f} MB/s", "(reported)"]]
+                return rows
+            run.step("floor", floor)
     print(f"Issue #12 targets, `python -m bench.targets12` "
           f"({' '.join(sys.argv[1:]) or 'defaults'}), "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, took "

@@ -1,0 +1,314 @@
+"""The floor under issue #12's CPU and catch-up targets: the least any Python replicator built
+on our stack (paho-mqtt, Ed25519, Mosquitto) can cost on this machine.
+
+Two bare pipelines, none of syncd's logic (no state machine, records, log checks, ledger,
+batching rules or watcher): only the work every copy must do.
+
+- per write: 500 writes/s appended to a file (one write(2) each, as bench_replication does).
+  The writer wakes every `--window` s (syncd's batch window; a timer instead of inotify),
+  reads what was appended, fdatasyncs it, signs it (Ed25519 over its SHA-256, as frames.py
+  does) and publishes it (QoS 1); the standby reads the message, verifies the signature,
+  appends the bytes and fdatasyncs them. CPU per write of
+  each process (user + system, /proc) over the run.
+- catch-up: a 1 GB file sent in `--chunk` pieces (syncd's chunk_bytes), QoS 1, up to 100 in
+  flight, no flow control but the broker's queue; the standby verifies each, appends it and
+  fdatasyncs every 4 MiB. MB/s from the first publish to the last fdatasync.
+
+Both drive paho from one thread with select(), as syncd drives it from its event loop. Each
+runs twice: the standby reading through paho, then reading the socket itself (RawReader:
+PUBLISH parsed in place, PUBACK sent), which shows what paho's read path costs.
+
+    python -m bench.bench_floor [--rate 500] [--seconds 10] [--window 0.01]
+                                [--catchup-mb 1024] [--chunk 262144]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import select
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import paho.mqtt.client as paho
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from paho.mqtt.enums import CallbackAPIVersion
+
+from bench.harness import cpu_split, paced_appends
+from tests.cluster import Broker, wait_until
+from tests.conftest import ishiki_lines
+
+TOPIC = "floor/a"
+SEED = bytes(range(32))  # both roles derive the same test key pair
+SYNC_EVERY = 4 << 20
+
+
+def _client(port: int, on_message: Callable[[bytes], None] | None = None) -> paho.Client:
+    c = paho.Client(CallbackAPIVersion.VERSION2, protocol=paho.MQTTv311)
+    c.max_inflight_messages_set(100)
+    c.max_queued_messages_set(0)
+    if on_message is not None:
+        c.on_message = lambda _c, _u, msg: on_message(msg.payload)
+    c.connect("127.0.0.1", port)
+    return c
+
+
+def _turn(c: paho.Client, timeout: float) -> None:
+    """One turn of a select() loop driving paho, as syncd's event loop does."""
+    sock = c.socket()
+    r, w, _ = select.select([sock], [sock] if c.want_write() else [], [], max(timeout, 0))
+    if r:
+        c.loop_read()
+    if w or c.want_write():
+        c.loop_write()
+    c.loop_misc()
+
+
+def writer(port: int, path: Path, window: float, stop_file: Path) -> None:
+    key = Ed25519PrivateKey.from_private_bytes(SEED)
+    c = _client(port)
+    fd = os.open(path, os.O_RDONLY)
+    sent = os.fstat(fd).st_size
+    nxt = time.monotonic()
+    while not stop_file.exists():
+        _turn(c, nxt - time.monotonic())
+        if time.monotonic() < nxt:
+            continue
+        nxt += window
+        size = os.fstat(fd).st_size
+        if size > sent:
+            data = os.pread(fd, size - sent, sent)
+            os.fdatasync(fd)
+            c.publish(TOPIC, key.sign(hashlib.sha256(data).digest()) + data, qos=1)
+            sent += len(data)
+
+
+def catchup_sender(port: int, path: Path, chunk: int, stop_file: Path) -> None:
+    key = Ed25519PrivateKey.from_private_bytes(SEED)
+    acked = 0
+    c = _client(port)
+
+    def on_publish(*_: Any) -> None:
+        nonlocal acked
+        acked += 1
+
+    c.on_publish = on_publish
+    fd = os.open(path, os.O_RDONLY)
+    size, offset, published = os.fstat(fd).st_size, 0, 0
+    while not stop_file.exists():
+        while offset < size and published - acked < 100:
+            data = os.pread(fd, chunk, offset)
+            c.publish(TOPIC, key.sign(hashlib.sha256(data).digest()) + data, qos=1)
+            offset += len(data)
+            published += 1
+        _turn(c, 0.05)
+
+
+def standby(port: int, path: Path, ready_file: Path, stop_file: Path, every: int) -> None:
+    public = Ed25519PrivateKey.from_private_bytes(SEED).public_key()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    unsynced = 0
+
+    def on_message(payload: bytes) -> None:
+        nonlocal unsynced
+        signature, data = payload[:64], payload[64:]
+        public.verify(signature, hashlib.sha256(data).digest())
+        os.write(fd, data)
+        unsynced += len(data)
+        if unsynced >= every:
+            os.fdatasync(fd)
+            unsynced = 0
+
+    c = _client(port, on_message)
+    c.subscribe(TOPIC, qos=1)
+    subscribed = time.monotonic() + 0.5
+    raw: RawReader | None = None
+    while not stop_file.exists():
+        if raw is not None:
+            raw.turn(0.05)
+        else:
+            _turn(c, 0.05)
+            if RAW and not subscribed:
+                raw = RawReader(c.socket(), on_message)
+        if unsynced:
+            os.fdatasync(fd)
+            unsynced = 0
+        if subscribed and time.monotonic() > subscribed:
+            ready_file.touch()
+            subscribed = 0
+
+
+RAW = os.environ.get("FLOOR_READER") == "raw"  # set by _spawn
+
+
+class RawReader:
+    """FLOOR_READER=raw: once subscribed, the standby reads the socket itself (one recv of
+    up to 1 MiB per wake-up, PUBLISH packets parsed in place, PUBACK sent), to show what
+    paho's read path costs."""
+
+    def __init__(self, sock: Any, on_message: Callable[[bytes], None]) -> None:
+        self.sock, self.on_message = sock, on_message
+        self.sock.setblocking(False)
+        self.buf = bytearray()
+
+    def turn(self, timeout: float) -> None:
+        r, _, _ = select.select([self.sock], [], [], timeout)
+        if not r:
+            return
+        try:
+            self.buf += self.sock.recv(1 << 20)
+        except BlockingIOError:
+            return
+        view, pos, acks = memoryview(self.buf), 0, []
+        while True:
+            if len(view) - pos < 2:
+                break
+            length, mult, i = 0, 1, pos + 1
+            while i < len(view) and view[i] & 0x80:
+                length += (view[i] & 0x7F) * mult
+                mult <<= 7
+                i += 1
+            if i >= len(view):
+                break
+            length += view[i] * mult
+            body = i + 1
+            if body + length > len(view):
+                break
+            kind = view[pos] >> 4
+            if kind == 3:  # PUBLISH
+                qos = (view[pos] >> 1) & 3
+                tlen = int.from_bytes(view[body:body + 2], "big")
+                at = body + 2 + tlen
+                if qos:
+                    acks.append(b"\x40\x02" + bytes(view[at:at + 2]))
+                    at += 2
+                self.on_message(bytes(view[at:body + length]))
+            pos = body + length
+        view.release()
+        del self.buf[:pos]
+        if acks:
+            self.sock.sendall(b"".join(acks))
+
+
+def _spawn(*args: str, raw: bool = False) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "bench.bench_floor", "--role", *args],
+                            cwd=Path(__file__).resolve().parent.parent,
+                            env={**os.environ, "FLOOR_READER": "raw" if raw else "paho"})
+
+
+def _cpu(pid: int) -> float:
+    user, system = cpu_split(pid)
+    return user + system
+
+
+def per_write(root: Path, rate: float, seconds: float, window: float, raw: bool = False
+              ) -> dict[str, float]:
+    """`raw`: the standby reads the socket itself (RawReader) instead of through paho."""
+    root.mkdir(parents=True, exist_ok=True)
+    broker = Broker(root / "broker")
+    broker.start()
+    src, dst = root / "src.jsonl", root / "dst.jsonl"
+    src.write_bytes(b"")
+    stop, ready = root / "stop", root / "ready"
+    procs = []
+    try:
+        procs.append(_spawn("standby", str(broker.port), str(dst), str(ready), str(stop), "0",
+                            raw=raw))
+        wait_until(ready.exists, 10, "the standby to subscribe")
+        procs.append(_spawn("writer", str(broker.port), str(src), str(window), str(stop)))
+        time.sleep(0.5)
+        lines = ishiki_lines(2000).splitlines(keepends=True)
+        n = int(rate * seconds)
+        before = {p.pid: _cpu(p.pid) for p in procs}
+        _, achieved = paced_appends([("k", src, lines[i % len(lines)]) for i in range(n)], rate)
+        wait_until(lambda: dst.exists() and dst.stat().st_size == src.stat().st_size, 30,
+                   "the standby to catch up")
+        used = {p.pid: _cpu(p.pid) - before[p.pid] for p in procs}
+        assert dst.read_bytes() == src.read_bytes()
+        return {"achieved": achieved, "standby_us": 1e6 * used[procs[0].pid] / n,
+                "writer_us": 1e6 * used[procs[1].pid] / n}
+    finally:
+        stop.touch()
+        for p in procs:
+            p.wait(10)
+        broker.stop()
+
+
+def catchup(root: Path, megabytes: int, chunk: int, raw: bool = False) -> dict[str, float]:
+    root.mkdir(parents=True, exist_ok=True)
+    # No end-to-end flow control here (syncd has its fetch window): the broker queues instead.
+    broker = Broker(root / "broker-cu", max_queued_messages=0)
+    broker.start()
+    src, dst = root / "big.jsonl", root / "big-copy.jsonl"
+    block = ishiki_lines(2000)
+    with src.open("wb") as f:
+        while f.tell() < megabytes * 1_000_000:
+            f.write(block)
+    os.sync()
+    size = src.stat().st_size
+    stop, ready = root / "stop-cu", root / "ready-cu"
+    procs = []
+    try:
+        procs.append(_spawn("standby", str(broker.port), str(dst), str(ready), str(stop),
+                            str(SYNC_EVERY), raw=raw))
+        wait_until(ready.exists, 10, "the standby to subscribe")
+        t0 = time.monotonic()
+        procs.append(_spawn("sender", str(broker.port), str(src), str(chunk), str(stop)))
+        wait_until(lambda: dst.exists() and dst.stat().st_size == size, 600, "catch-up",
+                   interval=0.02)
+        took = time.monotonic() - t0
+        cpu = {"standby": _cpu(procs[0].pid), "sender": _cpu(procs[1].pid)}
+        return {"mb_s": size / 1e6 / took, "seconds": took, **{f"{k}_cpu_s": v
+                                                                for k, v in cpu.items()}}
+    finally:
+        stop.touch()
+        for p in procs:
+            p.wait(10)
+        broker.stop()
+
+
+def main() -> None:
+    if len(sys.argv) > 2 and sys.argv[1] == "--role":
+        role, port, path, *rest = sys.argv[2:]
+        if role == "writer":
+            writer(int(port), Path(path), float(rest[0]), Path(rest[1]))
+        elif role == "sender":
+            catchup_sender(int(port), Path(path), int(rest[0]), Path(rest[1]))
+        else:
+            every = int(rest[2])
+            standby(int(port), Path(path), Path(rest[0]), Path(rest[1]), every)
+        return
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rate", type=float, default=500)
+    parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument("--window", type=float, default=0.01)
+    parser.add_argument("--catchup-mb", type=int, default=1024)
+    parser.add_argument("--chunk", type=int, default=256 * 1024)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="syncd-floor-") as tmp:
+        for raw in (False, True):
+            reader = "own socket reader" if raw else "paho"
+            r = per_write(Path(tmp) / f"w-{raw}", args.rate, args.seconds, args.window, raw)
+            print(f"per write, {r['achieved']:.0f} writes/s, window {args.window * 1000:g} ms, "
+                  f"standby reading with {reader}: writer {r['writer_us']:.0f} µs, standby "
+                  f"{r['standby_us']:.0f} µs of CPU")
+            if args.catchup_mb:
+                c = catchup(Path(tmp) / f"c-{raw}", args.catchup_mb, args.chunk, raw)
+                print(f"catch-up of {args.catchup_mb} MB in {args.chunk // 1024} KiB pieces, "
+                      f"standby reading with {reader}: {c['mb_s']:.0f} MB/s "
+                      f"({c['seconds']:.1f} s; CPU: sender {c['sender_cpu_s']:.1f} s, standby "
+                      f"{c['standby_cpu_s']:.1f} s)")
+                shutil.rmtree(Path(tmp) / f"c-{raw}")
+
+
+if __name__ == "__main__":
+    main()
