@@ -134,14 +134,21 @@ class Session:
             _close(self._client.socket())
 
     async def subscribe(self, topics: list[str], qos: int) -> None:
-        for topic in topics:
-            rc, mid = self._client.subscribe(topic, qos=qos)
-            if rc != MQTTErrorCode.MQTT_ERR_SUCCESS or mid is None:
-                raise LinkError(f"subscribe to {topic}: {paho.error_string(rc)}")
-            done = self._subscribing[mid] = self._loop.create_future()
-            self._pump()
-            granted = await self._wait(done, SUBSCRIBE_TIMEOUT, f"no SUBACK for {topic}")
-            _check_granted(topic, granted)
+        """All in one SUBSCRIBE (one round trip, however many peers): the SUBACK grants or
+        refuses each filter."""
+        if not topics:
+            return
+        rc, mid = self._client.subscribe([(topic, qos) for topic in topics])
+        if rc != MQTTErrorCode.MQTT_ERR_SUCCESS or mid is None:
+            raise LinkError(f"subscribe to {', '.join(topics)}: {paho.error_string(rc)}")
+        done = self._subscribing[mid] = self._loop.create_future()
+        self._pump()
+        granted = await self._wait(done, SUBSCRIBE_TIMEOUT,
+                                   f"no SUBACK for {', '.join(topics)}")
+        if len(granted) != len(topics):
+            raise LinkError(f"SUBACK with {len(granted)} codes for {len(topics)} filters")
+        for topic, code in zip(topics, granted, strict=True):
+            _check_granted(topic, [code])
 
     def unsubscribe(self, topics: list[str]) -> None:
         """Without waiting for the UNSUBACK: what still comes meanwhile is refused anyway."""
@@ -447,8 +454,13 @@ class Link:
         removed = [t for t in self._subscribed if t not in wanted]
         self._subscribed = wanted
         session.unsubscribe(removed)
-        with contextlib.suppress(LinkError):  # the session is ending: the next one subscribes
+        try:
             await session.subscribe(added, self._config.mqtt.subscribe_qos)
+        except LinkError as e:
+            # Deaf to the new peers while "connected" is no state to stay in: the next
+            # connection subscribes to the whole list, or fails and says so.
+            log.warning("subscribing to the peers a reload added failed (%s); reconnecting", e)
+            session.abort()
 
     def publish(self, topic: str, payload: bytes, retain: bool = False, qos: int = 1) -> bool:
         """Hand a publish to the connection, in call order, without waiting for it.

@@ -14,7 +14,7 @@ What NATS needs for MQTT in a cluster, and what this harness sets (`member_confi
   cluster size, up to 3; set it so that a member lost never loses a retained message);
 - `mqtt.max_ack_pending`: QoS 1 messages sent to one subscription before its PUBACKs; the sum
   over a session's subscriptions may not exceed 65535 (a subscription ending in `#` counts
-  twice), or the SUBACK refuses the subscription. syncd subscribes to 4 filters;
+  twice), or the SUBACK refuses the subscription. syncd subscribes to 2 filters and 2 per peer;
 - `max_payload: 1MB` (NATS's default, stated): a larger PUBLISH closes the connection.
 - MQTT consumers keep NATS's defaults (as many replicas as the stream, on disk): each QoS 1
   subscription is a JetStream consumer, and one with a single replica
