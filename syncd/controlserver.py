@@ -218,7 +218,8 @@ class ControlServer:
 
     async def _reply(self, writer: asyncio.StreamWriter, reply: dict[str, Any]) -> None:
         writer.write(_line(reply))
-        await asyncio.wait_for(writer.drain(), IDLE_TIMEOUT)
+        async with asyncio.timeout(IDLE_TIMEOUT):  # not wait_for: see Session.open
+            await writer.drain()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

@@ -106,9 +106,12 @@ class Session:
 
     async def open(self) -> None:
         """TCP, TLS (in a thread: they block) and CONNACK; raises LinkError."""
+        # asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancel that comes as its
+        # future completes, and a SIGTERM during a reconnect then left the daemon running,
+        # connected, with its shutdown waiting for this task for good.
         try:
-            await asyncio.wait_for(self._loop.run_in_executor(None, self._connect),
-                                   CONNECT_TIMEOUT)
+            async with asyncio.timeout(CONNECT_TIMEOUT):
+                await self._loop.run_in_executor(None, self._connect)
         except (TimeoutError, OSError, ssl.SSLError, ValueError) as e:
             self.abort()
             raise LinkError(_reason(e) or "connection timed out") from None
@@ -119,7 +122,8 @@ class Session:
         self._pump()  # CONNECT may still be queued
         self._misc = self._loop.call_later(1.0, self._tick)
         try:
-            await asyncio.wait_for(asyncio.shield(self._connected), CONNECT_TIMEOUT)
+            async with asyncio.timeout(CONNECT_TIMEOUT):
+                await asyncio.shield(self._connected)
         except TimeoutError:
             self.abort()
             raise LinkError("no CONNACK from the broker") from None

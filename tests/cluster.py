@@ -215,9 +215,18 @@ class Daemon:
         return {}
 
     def stop(self) -> None:
+        """SIGTERM and wait; a daemon still running 15 s later is made to print every thread's
+        stack to its log (SIGUSR1, stall.py), killed, and the wait fails."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(15)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.send_signal(signal.SIGUSR1)
+                time.sleep(1)
+                self.kill()
+                raise AssertionError(f"{self.node} did not stop within 15 s of SIGTERM; its "
+                                     f"stacks are at the end of {self.log}") from None
         self.proc = None
 
     def kill(self) -> None:

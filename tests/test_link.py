@@ -9,10 +9,12 @@ import contextlib
 import os
 import signal
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from syncd.config import parse_config
-from syncd.link import Link
+from syncd.link import Link, Session
 from tests.cluster import Broker, Daemon, wait_until
 from tests.conftest import ishiki_lines
 from tests.test_replication import KEY, append, wait_equal
@@ -102,3 +104,42 @@ def test_a_frame_published_while_a_message_is_handled_leaves_and_the_loop_runs_o
     worker.join(30)
     assert not worker.is_alive(), "the event loop hung handling a message"
     assert result and result[0].count(ping) == 1 and result[0].count(echo) == 1
+
+
+def test_a_cancel_that_comes_as_the_connection_is_made_is_not_lost(
+    tmp_path: Path, broker: Broker
+) -> None:
+    """Chaos found a daemon that ignored SIGTERM for good: the signal came during a reconnect,
+    and asyncio.wait_for (Python 3.11) returns its future's result when a cancel arrives
+    together with it, so the link went on connecting while the shutdown waited for it.
+    Here the thread that opens the connection asks for the cancel just before it returns."""
+    config = parse_config({"node": "a", "runtimes_dir": str(tmp_path), "state_dir":
+                           str(tmp_path), "mqtt": {"host": "127.0.0.1", "port": broker.port,
+                                                   "topic_prefix": "t"}}, tmp_path / "c.toml")
+
+    async def main() -> bool:
+        loop = asyncio.get_running_loop()
+        session = Session(config, config.mqtt.endpoints[0], ("t/n/a", b"offline"),
+                          lambda topic, payload: None, LIMIT)
+        opening: asyncio.Task[None] | None = None
+
+        class CancelAsItReturns(ThreadPoolExecutor):
+            def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+                def run() -> Any:
+                    result = fn(*args, **kwargs)
+                    assert opening is not None
+                    loop.call_soon_threadsafe(opening.cancel)  # queued before the result
+                    return result
+                return super().submit(run)
+
+        loop.set_default_executor(CancelAsItReturns(1))
+        opening = asyncio.create_task(session.open())
+        try:
+            await opening
+        except asyncio.CancelledError:
+            return True
+        finally:
+            session.abort()
+        return False
+
+    assert asyncio.run(main()), "the cancel was swallowed: the session opened anyway"

@@ -62,7 +62,8 @@ async def _run(node: Node) -> None:
     loop = asyncio.get_running_loop()
     notifier = systemd.Notifier.from_env()
 
-    def stop() -> None:
+    def stop(name: str) -> None:
+        logging.getLogger("syncd").info("%s: stopping", name)
         notifier.stopping()
         node.stop()
 
@@ -71,7 +72,7 @@ async def _run(node: Node) -> None:
         notifier.ready(systemd.summary(node.status()))
 
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop)
+        loop.add_signal_handler(sig, stop, sig.name)
     loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(node.reload_from_source()))
     endpoint = _metrics_endpoint(node, loop)
     # Outside systemd there is nobody to inform.
