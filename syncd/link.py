@@ -369,6 +369,8 @@ class Link:
                 failing.clear()
                 attempts = 0
                 self.connected.set()
+                if self._subscriptions() != self._subscribed:
+                    await self.resubscribe()  # a reload changed [peers] while we subscribed
                 await self._on_connected()
                 held, self._held = self._held or [], None
                 for topic, payload in held:

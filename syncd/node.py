@@ -570,7 +570,7 @@ class Node:
             self._reject(topic, str(e))
             return
         if route.sender == self._level:
-            return  # our own batches and retained positions echo back: not news
+            return  # our own presence comes back (n/+), or a frame to ourselves: not news
         if route.channel is Channel.TO and route.to != self._level:
             return
         listed = self._listed.get(route.sender)
