@@ -39,8 +39,8 @@ from bench.harness import (
     read_trace,
     wait_bounded,
 )
-from tests.cluster import Broker, Daemon
-from tests.conftest import ishiki_lines
+from tests.support.cluster import Broker, Daemon
+from tests.support.ishiki import ishiki_lines
 
 TARGET_P99_MS = {300: 50.0, 1000: 100.0}
 

@@ -44,8 +44,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from paho.mqtt.enums import CallbackAPIVersion
 
 from bench.harness import cpu_split, paced_appends
-from tests.cluster import Broker, wait_until
-from tests.conftest import ishiki_lines
+from tests.support.cluster import Broker, wait_until
+from tests.support.ishiki import ishiki_lines
 
 TOPIC = "floor/a"
 SEED = bytes(range(32))  # both roles derive the same test key pair

@@ -12,10 +12,10 @@ from __future__ import annotations
 import argparse
 import time
 
-from syncd import frames
-from syncd.frames import Data, Frame, Item, Kind
-from tests.cluster import node_identity
-from tests.conftest import ishiki_lines
+from syncd.core import frames
+from syncd.core.frames import Data, Frame, Item, Kind
+from tests.support.cluster import node_identity
+from tests.support.ishiki import ishiki_lines
 
 P = "syncd"
 

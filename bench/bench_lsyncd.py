@@ -27,8 +27,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.harness import CpuMeter, batches, lag_stats, paced_appends, reached, read_trace
-from tests.cluster import wait_until
-from tests.conftest import ishiki_lines
+from tests.support.cluster import wait_until
+from tests.support.ishiki import ishiki_lines
 
 KEY = "bench"
 FILE = "events.jsonl"

@@ -59,8 +59,8 @@ from bench.harness import (
     wait_bounded,
     worst_of,
 )
-from tests.cluster import Broker, Daemon, free_port, wait_until
-from tests.conftest import ishiki_lines
+from tests.support.cluster import Broker, Daemon, free_port, wait_until
+from tests.support.ishiki import ishiki_lines
 
 KEY = "bench"
 REPLICA_NAMES = "bc"

@@ -2,7 +2,7 @@
 
     python3 bench/bench_resources.py [--big 6] [--small 1000]
 
-Real daemons and a real Mosquitto on loopback (tests/cluster.py). Two runs: `--big` blobs of
+Real daemons and a real Mosquitto on loopback (tests/support/cluster.py). Two runs: `--big` blobs of
 16 MiB (chunked transfers, one at a time), and `--small` blobs of 2 KiB (many at once); each
 blob has a sidecar, written the Ishiki way (temp file, rename). The time runs from b's start
 (its connection included) until b holds every file and fetches nothing more.
@@ -20,8 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.cluster import Broker, Daemon, wait_until
-from tests.ishiki_writer import sidecar, write_atomic
+from tests.support.cluster import Broker, Daemon, wait_until
+from tests.support.ishiki_writer import sidecar, write_atomic
 
 
 def run(label: str, files: list[tuple[str, bytes]]) -> None:

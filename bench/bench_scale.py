@@ -34,8 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.harness import CpuMeter, PySpy, lag_stats, paced_appends, read_trace, rss_mb
 from syncd.config import Config
-from tests.cluster import Broker, Daemon, wait_until
-from tests.conftest import ishiki_lines
+from tests.support.cluster import Broker, Daemon, wait_until
+from tests.support.ishiki import ishiki_lines
 
 SCRUB_INTERVAL = next(f.default for f in fields(Config) if f.name == "scrub_interval")
 SCRUB_RATE = next(f.default for f in fields(Config) if f.name == "scrub_bytes_per_second")

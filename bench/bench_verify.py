@@ -33,7 +33,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from syncd.cli.verify import read_chunks
-from syncd.verify import LogChecker
+from syncd.core.logcheck import LogChecker
 
 HAN = (
     "的一是在不了有和人这中大为上个国我以要他时来用们生到作地于出就分对成会可主发年动"

@@ -22,7 +22,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.conftest import ishiki_lines
+from tests.support.ishiki import ishiki_lines
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 

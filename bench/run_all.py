@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import bench_lsyncd, bench_replication, bench_scale
 from bench.harness import BackgroundMeter, Stats, ms, wait_quiet
-from tests.cluster import Broker, Daemon
+from tests.support.cluster import Broker, Daemon
 
 REPO = Path(__file__).resolve().parent.parent
 RATES = (50, 500, 2000)

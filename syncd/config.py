@@ -11,13 +11,13 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from syncd.brokers import Broker, BrokerSyntaxError, parse_brokers
-from syncd.budget import Limits
-from syncd.errors import SyncdError
-from syncd.identity import parse_public
-from syncd.names import is_valid_name, key_problem, part_problem, printable
-from syncd.resources import Rules
-from syncd.roots import Layout, RootSpec
+from syncd.core.brokers import Broker, BrokerSyntaxError, parse_brokers
+from syncd.core.budget import Limits
+from syncd.core.errors import SyncdError
+from syncd.core.identity import parse_public
+from syncd.core.names import is_valid_name, key_problem, part_problem, printable
+from syncd.core.resources import Rules
+from syncd.core.roots import Layout, RootSpec
 
 
 class ConfigError(SyncdError):

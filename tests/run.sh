@@ -3,7 +3,7 @@
 #   bash tests/run.sh
 # It installs what it needs (Mosquitto, nats-server and promtool when absent, the Python packages
 # into .venv; iproute2 for the network-partition tests),
-# then runs ruff, mypy and pytest. Extra arguments go to pytest.
+# then runs ruff, mypy, the import contracts and pytest. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,13 +15,13 @@ if ! command -v mosquitto >/dev/null 2>&1 && [ ! -x /usr/sbin/mosquitto ]; then
 fi
 
 # nats-server is the second reference broker: a 3-member cluster serving MQTT from every member
-# (tests/nats.py). Debian ships it (2.9 in bookworm).
+# (tests/support/nats.py). Debian ships it (2.9 in bookworm).
 if ! command -v nats-server >/dev/null 2>&1 && [ ! -x /usr/sbin/nats-server ]; then
   echo "tests/run.sh: installing nats-server (the NATS cluster tests start their own)" >&2
   $SUDO apt-get update -q
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q nats-server
 fi
-# ip and tc put syncd hosts in network namespaces and cut their links (tests/netns.py).
+# ip and tc put syncd hosts in network namespaces and cut their links (tests/support/netns.py).
 if ! command -v ip >/dev/null 2>&1 || ! command -v tc >/dev/null 2>&1; then
   echo "tests/run.sh: installing iproute2 (for the network-partition tests)" >&2
   $SUDO apt-get update -q
@@ -55,4 +55,6 @@ fi
 
 .venv/bin/ruff check syncd tests bench
 .venv/bin/mypy
+# The layers of syncd/ (pyproject.toml, [tool.importlinter]): no pure module imports I/O, no circles.
+.venv/bin/lint-imports --no-cache
 .venv/bin/pytest "$@"

@@ -16,9 +16,9 @@ from pathlib import Path
 import click
 
 from syncd.cli.common import config_option, load_or_exit
-from syncd.control import ControlError, stream
-from syncd.node import SOCKET_NAME
-from syncd.safe_text import safe
+from syncd.core.safe_text import safe
+from syncd.daemon.node import SOCKET_NAME
+from syncd.ops.control import ControlError, stream
 
 
 @click.command("adopt")

@@ -21,13 +21,15 @@ from pathlib import Path
 
 import click
 
-from syncd import brokercheck, tls
 from syncd.cli.common import config_option
 from syncd.config import Config, ConfigError, _line_of, load_config
-from syncd.discovery import Scanner, root_problems
-from syncd.identity import IdentityError, load_identity
-from syncd.names import printable
-from syncd.roots import MAX_DEPTH
+from syncd.core.identity import IdentityError
+from syncd.core.names import printable
+from syncd.core.roots import MAX_DEPTH
+from syncd.disk.discovery import Scanner, root_problems
+from syncd.disk.keyfile import load_identity
+from syncd.net import tls
+from syncd.ops import brokercheck
 
 EXIT_OK = 0
 EXIT_BROKER = 1

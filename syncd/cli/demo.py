@@ -14,8 +14,8 @@ from pathlib import Path
 
 import click
 
-from syncd import demo
 from syncd.cli.status import render
+from syncd.ops import demo
 
 
 class LiveLine:

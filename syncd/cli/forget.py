@@ -23,12 +23,13 @@ from pathlib import Path
 import aiomqtt
 import click
 
-from syncd import frames, tls
-from syncd.brokercheck import classify_connect_error
 from syncd.cli.common import config_option, load_or_exit
 from syncd.config import Config, ConfigError
-from syncd.errors import SyncdError
-from syncd.names import is_valid_name
+from syncd.core import frames
+from syncd.core.errors import SyncdError
+from syncd.core.names import is_valid_name
+from syncd.net import tls
+from syncd.ops.brokercheck import classify_connect_error
 
 EXIT_DONE = 0
 EXIT_REFUSED = 1

@@ -27,8 +27,13 @@ from syncd.cli.verify import (
     read_chunks,
     resolve_files,
 )
-from syncd.safe_text import safe, safe_json
-from syncd.verify import COMPACT_TYPES, TOOL_CALL_PART_TYPES, TOOL_RESULT_PART_TYPES, TURN_TERMINALS
+from syncd.core.logcheck import (
+    COMPACT_TYPES,
+    TOOL_CALL_PART_TYPES,
+    TOOL_RESULT_PART_TYPES,
+    TURN_TERMINALS,
+)
+from syncd.core.safe_text import safe, safe_json
 
 SNIPPET_CHARS = 60
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import click
 
 from syncd.cli.common import config_option, load_or_exit
-from syncd.identity import IdentityError, create_identity, load_identity
+from syncd.core.identity import IdentityError
+from syncd.disk.keyfile import create_identity, load_identity
 
 
 @click.command("keygen")

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import click
 
-from syncd import tls
 from syncd.cli.common import config_option, load_or_exit
 from syncd.config import ConfigError
-from syncd.control import ControlError, query
-from syncd.node import SOCKET_NAME
-from syncd.safe_text import safe
+from syncd.core.safe_text import safe
+from syncd.daemon.node import SOCKET_NAME
+from syncd.net import tls
+from syncd.ops.control import ControlError, query
 
 
 @click.command("reload")

@@ -14,10 +14,13 @@ from typing import IO
 
 import click
 
-from syncd import allocator, logs, metrics, stall, systemd, tls
 from syncd.cli.common import config_option, load_or_exit
 from syncd.config import ConfigError
-from syncd.node import Node, StartupError
+from syncd.daemon import logs
+from syncd.daemon.node import Node, StartupError
+from syncd.net import tls
+from syncd.ops import allocator, metrics, stall, systemd
+from syncd.ops.controlserver import ControlServer
 
 
 @click.command("run")
@@ -49,7 +52,9 @@ def command(config_path: Path, log_level: str, log_format: str) -> None:
     if log_level != "debug":
         logging.getLogger("syncd.mqtt").setLevel(logging.WARNING)
     try:
-        asyncio.run(_run(Node(config)))
+        node = Node(config)
+        node.services.append(ControlServer(node))  # syncd status, adopt, reload
+        asyncio.run(_run(node))
     except StartupError as e:
         click.echo(f"syncd: {e}", err=True)
         sys.exit(2)

@@ -27,9 +27,9 @@ import click
 import orjson
 
 from syncd.cli.common import config_option, load_or_exit
-from syncd.control import ControlError, query
-from syncd.node import SOCKET_NAME
-from syncd.safe_text import safe, safe_json, safe_tree
+from syncd.core.safe_text import safe, safe_json, safe_tree
+from syncd.daemon.node import SOCKET_NAME
+from syncd.ops.control import ControlError, query
 
 PROBLEM_STATES = {"diverged", "reset", "paused", "error"}
 EXIT_OK, EXIT_PROBLEMS, EXIT_UNREACHABLE = 0, 1, 2

@@ -16,14 +16,14 @@ from typing import NoReturn
 import click
 import orjson
 
-from syncd import store
 from syncd.cli.common import DEFAULT_CONFIG, key_config_option
 from syncd.config import ConfigError, load_config
-from syncd.errors import SyncdError
-from syncd.refs import required
-from syncd.roots import KeyPathError
-from syncd.safe_text import safe, safe_json
-from syncd.verify import LogChecker, Problem, ProblemKind, Report, with_problems
+from syncd.core.errors import SyncdError
+from syncd.core.logcheck import LogChecker, Problem, ProblemKind, Report, with_problems
+from syncd.core.refs import required
+from syncd.core.roots import KeyPathError
+from syncd.core.safe_text import safe, safe_json
+from syncd.disk import store
 
 # Big enough that the per-call overhead vanishes, small enough to keep memory flat.
 CHUNK_SIZE = 1 << 20

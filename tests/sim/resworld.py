@@ -27,8 +27,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from syncd import frames
-from syncd.resources import (
+from syncd.core import frames
+from syncd.core.resources import (
     Compare,
     Compared,
     Conflict,

@@ -23,10 +23,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from syncd import ledger as ledger_mod
-from syncd import machine as machine_mod
-from syncd import reconcile as reconcile_mod
-from syncd.events import (
+from syncd.core import ledger as ledger_mod
+from syncd.core import machine as machine_mod
+from syncd.core import reconcile as reconcile_mod
+from syncd.core.events import (
     EMPTY,
     AdoptDone,
     AdoptRequested,
@@ -68,16 +68,15 @@ from syncd.events import (
     Synced,
     Tick,
 )
-from syncd.frames import Announce, Kind
-from syncd.ledger import Ledger, digest_of
-from syncd.machine import (
+from syncd.core.frames import Announce, Kind
+from syncd.core.ledger import Ledger, digest_of
+from syncd.core.machine import (
     Machine,
     Mode,
     Tuning,
 )
-from syncd.persist import FileRecord
-from syncd.reconcile import PeerState
-from syncd.store import Stat
+from syncd.core.reconcile import PeerState
+from syncd.core.records import FileRecord, Stat
 
 BLOCK_SIM = 64
 PAGE_SIM = 16  # the page size for writes cut short (machine.PAGE)

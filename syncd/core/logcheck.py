@@ -1,0 +1,787 @@
+"""The log checker: the operator's checks of events.jsonl (seed, "核对与排查") as a state machine.
+
+Everything the checks need to remember lives in LogChecker, so that the same object serves a
+one-off `syncd verify` over a whole file and, later, the daemon feeding appended bytes as they
+arrive and saving the checker's state across restarts. No files, no clock, no printing: bytes
+in, a Report out. The caller does the reading and decides what to show.
+
+Theory of operation
+-------------------
+Bytes are cut into lines at b"\\n"; a line may span any number of feed() calls. Each complete
+line is numbered from 1 like `awk NR` and located by the byte offset of its first byte. An empty
+line is counted and skipped, as the reference loader skips it (`if (!line) continue`); any other
+line must parse with orjson.loads as a JSON object. Bytes after the last newline are a torn tail:
+reported, but not checked further, because the next feed() may complete them (and syncd never
+ships them, so a standby never holds them either).
+
+The checks that need memory keep only per-turn and per-id bookkeeping:
+- turns, by turnId: "pre" (entries seen, no turn.start yet), "open" (started), "ended" (a
+  terminal event turn.done / turn.failed / turn.aborted seen). turn.start must be the first
+  entry of its turn and the terminal event its last, with the exceptions below;
+- assistant tool calls waiting for a later result with the same toolCallId;
+- the ids of all entries (as 64-bit digests, see _id_digest) and the compacts whose anchor
+  (data.lastEntryId) had not been seen when they were read: an anchor may name any entry of
+  the file, so a missing one is only known when report() is asked.
+Problems found line by line are recorded as they happen (the first MAX_LISTED of each kind,
+with exact counts); the others are derived from the bookkeeping by report(), which changes
+nothing, so it may be called at any time.
+
+The seed's rules, and the exceptions it states itself
+-----------------------------------------------------
+"turn.start 第一行、终结事件最后一行" (turn.start first, the terminal event last) is a rule
+about the entries the runtime writes inside a turn. The seed names what is written outside a
+turn's window, and each is checked accordingly (information, never a problem):
+
+1. Late narrative projections. "写入两只手：每步结束后按 turn.step 事件补投影，准备请求时再扫
+   一次补漏 ... turnId 沿用来源 assistant 条目的值" (two writers: after each step, and again
+   while preparing the next request, the catch-up pass; the turnId is the source assistant
+   entry's). So an `ishiki.narrative` entry may follow its turn's terminal event: counted in
+   Report.late_projections, not reported as entry_after_turn_end.
+2. Compaction entries. "ishiki.chat.shake、ishiki.chat.compact、ishiki.compact 不带 turnId"
+   (they carry no turnId), written "准备请求时" (while preparing a request) or "在回合结束时"
+   (at the end of a turn, ishiki.compact): they belong to no turn, so no turn rule applies
+   to them, wherever they are.
+3. Input between turns. "没有进行中的回合时落成不带 turnId 的 message 条目" (with no turn in
+   progress a platform message is written without a turnId) and "不带 turnId 的行属于回合之外
+   的输入" (lines without a turnId are input outside any turn): no turn rule applies.
+4. Not exceptions: `ishiki.images` and `ishiki.codemode.store` carry the turnId and are
+   written "同批追加的尾部" (at the tail of the same append) as the turn's assistant message,
+   "所以它总是排在那一轮的 assistant 消息之后" (so always after that turn's assistant message),
+   i.e. inside the turn, before its terminal event (the seed's timeline shows ishiki.images
+   between the assistant message and turn.done). After the terminal event they are still
+   entry_after_turn_end.
+5. A turn in progress. The runtime writes turn.start when a turn begins and the terminal
+   event when it ends, so a live log is mid-turn most of the time: the last turn started,
+   not ended, with no turn started after it, is Report.turn_in_progress (information). An
+   unfinished turn followed by a later turn.start is damage (open_turn): turns run one at a
+   time ("turn.queued" waits), so the earlier one can no longer end.
+"""
+
+from __future__ import annotations
+
+import base64
+import bisect
+import dataclasses
+import hashlib
+import sys
+import time
+from array import array
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import orjson
+
+from syncd.core.refs import line_refs
+
+STATE_VERSION = 3
+
+# Enough to act on; a file with more bad lines than this is broken as a whole.
+MAX_LISTED = 1000
+MAX_REFS = 200_000  # resource references remembered (readiness checks each one)
+
+TURN_START = "turn.start"
+TURN_TERMINALS = ("turn.done", "turn.failed", "turn.aborted")
+TURN_EVENTS = (TURN_START, *TURN_TERMINALS)
+COMPACT_TYPES = frozenset({"ishiki.compact", "ishiki.chat.compact"})
+# Entries the seed says may be written after their turn's terminal event (see the header).
+LATE_PROJECTION_TYPES = frozenset({"ishiki.narrative"})
+
+# The AI SDK's ModelMessage parts ("tool-call", "tool-result") are what @yesimagent/core writes;
+# the other spellings are what neighbouring SDKs write, accepted so that a foreign log is not
+# flagged wholesale.
+TOOL_CALL_PART_TYPES = frozenset(
+    {"tool-call", "toolCall", "tool_call", "tool_use", "function_call"}
+)
+TOOL_RESULT_PART_TYPES = frozenset(
+    {"tool-result", "toolResult", "tool_result", "function_call_output"}
+)
+TOOL_RESULT_ROLES = frozenset({"tool", "toolResult"})
+_CALL_ID_KEYS = ("toolCallId", "tool_call_id", "id", "call_id")
+_RESULT_ID_KEYS = ("toolCallId", "tool_call_id", "tool_use_id", "call_id")
+
+
+class ProblemKind(StrEnum):
+    # Declaration order is the report order for problems on the same line.
+    INVALID_JSON = "invalid_json"
+    NOT_OBJECT = "not_object"
+    TURN_WITHOUT_START = "turn_without_start"
+    TURN_START_NOT_FIRST = "turn_start_not_first"
+    DUPLICATE_TURN_START = "duplicate_turn_start"
+    OPEN_TURN = "open_turn"
+    ENTRY_AFTER_TURN_END = "entry_after_turn_end"
+    UNPAIRED_TOOL_CALL = "unpaired_tool_call"
+    MISSING_ANCHOR = "missing_anchor"
+    MISSING_RESOURCE = "missing_resource"
+    TORN_TAIL = "torn_tail"
+
+
+_KIND_ORDER = {kind: rank for rank, kind in enumerate(ProblemKind)}
+
+
+@dataclass(frozen=True)
+class Problem:
+    kind: ProblemKind
+    line: int  # 1-based, like awk NR
+    offset: int  # byte offset of the line's first byte
+    message: str
+    detail: str | None = None  # the parser's own words; they vary between orjson versions
+    turn_id: str | None = None
+    tool_call_id: str | None = None
+    anchor: str | None = None
+    reference: str | None = None  # missing_resource: the artifact:// or asset:// reference
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "kind": str(self.kind),
+            "line": self.line,
+            "offset": self.offset,
+            "message": self.message,
+        }
+        for name in ("detail", "turn_id", "tool_call_id", "anchor", "reference"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        return out
+
+
+@dataclass(frozen=True)
+class TurnInProgress:
+    """The last turn started and not ended yet: a live log's normal state, not a problem."""
+
+    turn_id: str
+    line: int  # of its turn.start
+    offset: int
+    timestamp: int | float | None  # the turn.start entry's timestamp (ms since the epoch)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"turn_id": self.turn_id, "line": self.line, "offset": self.offset,
+                "timestamp": self.timestamp}
+
+
+@dataclass(frozen=True)
+class Report:
+    bytes_checked: int  # every byte fed, the torn tail included
+    lines: int  # complete (newline-terminated) lines
+    blank_lines: int
+    entries: int  # lines that are JSON objects
+    problems: tuple[Problem, ...]  # ordered by line; at most MAX_LISTED of each kind
+    problem_counts: Mapping[str, int]  # exact, by kind, only kinds that occur
+    turn_events: Mapping[str, int]  # the four persisted turn events, all four keys
+    entry_types: Mapping[str, int]  # `jq -r .type | sort | uniq -c`
+    message_types: Mapping[str, int]  # `select(.type=="message") | .data.type // .data.role`
+    # Information, not problems (see the header): entries after their turn's end that the seed
+    # allows, by type, and the turn in progress at the tail.
+    late_projections: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    turn_in_progress: TurnInProgress | None = None
+    extra_notes: tuple[str, ...] = ()
+
+    @property
+    def clean(self) -> bool:
+        return not self.problem_counts
+
+    @property
+    def notes(self) -> list[str]:
+        """The information above in words (status and verify print these)."""
+        out = []
+        if self.turn_in_progress is not None:
+            t = self.turn_in_progress
+            out.append(f"turn {t.turn_id} in progress since line {t.line}"
+                       + (f" ({_ms_text(t.timestamp)})" if t.timestamp is not None else ""))
+        for kind, count in self.late_projections.items():
+            out.append(f"late {kind} entries: {count} (written after their turn ended, "
+                       "as the seed allows)")
+        out.extend(self.extra_notes)
+        return out
+
+    @property
+    def problem_total(self) -> int:
+        return sum(self.problem_counts.values())
+
+    @property
+    def unlisted(self) -> int:
+        return self.problem_total - len(self.problems)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "clean": self.clean,
+            "bytes": self.bytes_checked,
+            "lines": self.lines,
+            "blank_lines": self.blank_lines,
+            "entries": self.entries,
+            "problem_total": self.problem_total,
+            "problem_counts": dict(self.problem_counts),
+            "problems": [problem.to_json() for problem in self.problems],
+            "turn_events": dict(self.turn_events),
+            "entry_types": dict(self.entry_types),
+            "message_types": dict(self.message_types),
+            "late_projections": dict(self.late_projections),
+            "turn_in_progress": (self.turn_in_progress.to_json()
+                                 if self.turn_in_progress is not None else None),
+            "notes": self.notes,
+        }
+
+
+def _ms_text(ms: int | float) -> str:
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(ms / 1000))
+    except (OverflowError, OSError, ValueError):
+        return str(ms)
+
+
+def _id_digest(entry_id: str) -> int:
+    # Ids are kept as 64-bit digests: 8 bytes each in the saved state instead of a 36-character
+    # UUID, at the price of a ~n/2^64 chance that a missing anchor goes unnoticed.
+    digest = hashlib.blake2b(entry_id.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return int.from_bytes(digest, "little")
+
+
+class _IdSet:
+    """A set of 64-bit id digests in 8 bytes each (a Python set costs ~70): a host keeps one
+    per replicated file, and thousands of files of thousands of entries add up."""
+
+    __slots__ = ("_recent", "_sorted")
+    _MERGE_AT = 1024
+
+    def __init__(self, ids: array[int] | None = None) -> None:
+        self._sorted = array("Q", sorted(ids or ()))
+        self._recent: set[int] = set()
+
+    def add(self, digest: int) -> None:
+        self._recent.add(digest)
+        # Merge when the recent set reaches an eighth of the sorted part: O(n log n) in all,
+        # while the set (the expensive part per id) stays small.
+        if len(self._recent) >= max(self._MERGE_AT, len(self._sorted) >> 3):
+            self._sorted = array("Q", sorted(self._sorted + array("Q", self._recent)))
+            self._recent = set()
+
+    def __contains__(self, digest: int) -> bool:
+        if digest in self._recent:
+            return True
+        i = bisect.bisect_left(self._sorted, digest)
+        return i < len(self._sorted) and self._sorted[i] == digest
+
+    def all(self) -> array[int]:
+        return self._sorted + array("Q", self._recent)
+
+
+def _pack_ids(ids: _IdSet) -> bytes:
+    packed = ids.all()
+    if sys.byteorder == "big":
+        packed.byteswap()  # saved little-endian, so that a state file moves between hosts
+    return packed.tobytes()
+
+
+def _unpack_ids(blob: bytes) -> _IdSet:
+    packed = array("Q")
+    packed.frombytes(blob)
+    if sys.byteorder == "big":
+        packed.byteswap()
+    return _IdSet(packed)
+
+
+def _jq_text(value: Any) -> str:
+    """How `jq -r` prints a value that is not a string (null, numbers, objects...)."""
+    if isinstance(value, str):
+        return value
+    return orjson.dumps(value).decode()
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array"
+
+
+def _first_str(part: Mapping[str, Any], keys: tuple[str, ...]) -> str | None:
+    for key in keys:
+        value = part.get(key)
+        if isinstance(value, str):
+            return value
+    return None
+
+
+def _call_name(call: Mapping[str, Any]) -> str | None:
+    name = call.get("toolName", call.get("name"))
+    if name is None:
+        function = call.get("function")  # OpenAI chat: {"function": {"name": ...}}
+        if isinstance(function, dict):
+            name = function.get("name")
+    return name if isinstance(name, str) else None
+
+
+# (line, offset, tool name, turn id) of an assistant tool call still waiting for its result.
+_CallSite = tuple[int, int, str | None, str | None]
+# (line, offset, entry type, anchor) of a compact whose anchor was unknown when it was read.
+_AnchorSite = tuple[int, int, str, str | None]
+
+
+class LogChecker:
+    """Feed it the bytes of an events.jsonl, from the first byte on; ask for a report any time."""
+
+    def __init__(self) -> None:
+        self._offset = 0  # where the line being assembled starts
+        self._lines = 0
+        self._pending = bytearray()  # bytes of that line so far
+        self._blank_lines = 0
+        self._entries = 0
+        self._entry_types: dict[str, int] = {}
+        self._message_types: dict[str, int] = {}
+        self._turn_events: dict[str, int] = dict.fromkeys(TURN_EVENTS, 0)
+        # turn id -> (line, offset) of its first entry, while it has no turn.start
+        self._pre_turns: dict[str, tuple[int, int]] = {}
+        # turn id -> (line, offset) of its turn.start, until its terminal event
+        self._open_turns: dict[str, tuple[int, int]] = {}
+        # turn id -> line of its terminal event
+        self._ended_turns: dict[str, int] = {}
+        # turn id -> [first late line, its offset, how many late lines]
+        self._late_turns: dict[str, list[int]] = {}
+        # entry type -> late entries the seed allows (LATE_PROJECTION_TYPES)
+        self._late_projections: dict[str, int] = {}
+        # [turn id, timestamp of its turn.start] of the turn started last
+        self._last_start: list[Any] | None = None
+        self._tool_calls: dict[str, list[_CallSite]] = {}
+        self._entry_ids = _IdSet()
+        self._anchors: list[_AnchorSite] = []
+        self._recorded: list[Problem] = []
+        self._recorded_counts: dict[str, int] = {}
+        # resource reference (refs.py) -> [line, offset] where it first appears
+        self._refs: dict[str, list[int]] = {}
+
+    # -- feeding ---------------------------------------------------------------------------
+
+    def feed(self, data: bytes) -> None:
+        if b"\n" not in data:
+            # No line ends here: collect without re-splitting what we already hold, so a huge
+            # line arriving in small pieces stays linear.
+            self._pending += data
+            return
+        lines = data.split(b"\n")
+        if self._pending:
+            lines[0] = bytes(self._pending) + lines[0]
+        self._pending = bytearray(lines.pop())
+        self._check_lines(lines)
+
+    def _check_lines(self, lines: list[bytes]) -> None:
+        loads = orjson.loads
+        decode_error = orjson.JSONDecodeError
+        offset = self._offset
+        number = self._lines
+        for raw in lines:
+            number += 1
+            if not raw:
+                self._blank_lines += 1
+                offset += 1
+                continue
+            try:
+                entry = loads(raw)
+            except decode_error as error:
+                self._record(
+                    Problem(ProblemKind.INVALID_JSON, number, offset, "not valid JSON", error.msg)
+                )
+            else:
+                if type(entry) is dict:
+                    self._check_entry(entry, number, offset)
+                    if b"://" in raw:
+                        for ref in line_refs(raw, entry):
+                            if ref not in self._refs and len(self._refs) < MAX_REFS:
+                                self._refs[ref] = [number, offset]
+                else:
+                    kind = _json_kind(entry)
+                    self._record(
+                        Problem(
+                            ProblemKind.NOT_OBJECT,
+                            number,
+                            offset,
+                            f"valid JSON but not an object ({kind})",
+                        )
+                    )
+            offset += len(raw) + 1
+        self._offset = offset
+        self._lines = number
+
+    def _record(self, problem: Problem) -> None:
+        kind = problem.kind.value  # plain str keys: they go through orjson in to_state()
+        count = self._recorded_counts.get(kind, 0) + 1
+        self._recorded_counts[kind] = count
+        if count <= MAX_LISTED:
+            self._recorded.append(problem)
+
+    # -- one entry -------------------------------------------------------------------------
+
+    def _check_entry(self, entry: dict[str, Any], line: int, offset: int) -> None:
+        self._entries += 1
+        entry_type = entry.get("type")
+        if type(entry_type) is not str:
+            entry_type = _jq_text(entry_type)
+        counts = self._entry_types
+        counts[entry_type] = counts.get(entry_type, 0) + 1
+
+        entry_id = entry.get("id")
+        if type(entry_id) is str:
+            self._entry_ids.add(_id_digest(entry_id))
+
+        data = entry.get("data")
+        turn_id = entry.get("turnId")
+        event_type = None
+        if entry_type == "message":
+            self._check_message(data, turn_id, line, offset)
+        elif entry_type == "event":
+            if type(data) is dict:
+                event_type = data.get("type")
+                if type(event_type) is not str:
+                    event_type = None  # JSON can put a list here, and a list cannot be looked up
+                elif event_type in self._turn_events:
+                    self._turn_events[event_type] += 1
+                if turn_id is None:
+                    turn_id = data.get("turnId")  # the event itself names its turn too
+        elif entry_type in COMPACT_TYPES:
+            anchor = data.get("lastEntryId") if type(data) is dict else None
+            if type(anchor) is not str or _id_digest(anchor) not in self._entry_ids:
+                self._anchors.append(
+                    (line, offset, entry_type, anchor if type(anchor) is str else None)
+                )
+
+        if type(turn_id) is str:
+            self._track_turn(turn_id, event_type, entry_type, line, offset)
+            if event_type == TURN_START:
+                stamp = entry.get("timestamp")
+                self._last_start = [turn_id, stamp if type(stamp) in (int, float) else None]
+
+    def _track_turn(self, turn_id: str, event_type: Any, entry_type: str, line: int,
+                    offset: int) -> None:
+        is_start = event_type == TURN_START
+        is_terminal = event_type in TURN_TERMINALS
+        if turn_id in self._open_turns:
+            if is_terminal:
+                del self._open_turns[turn_id]
+                self._ended_turns[turn_id] = line
+            elif is_start:
+                self._record(
+                    Problem(
+                        ProblemKind.DUPLICATE_TURN_START,
+                        line,
+                        offset,
+                        f"turn {turn_id} started again "
+                        f"(first turn.start at line {self._open_turns[turn_id][0]})",
+                        turn_id=turn_id,
+                    )
+                )
+            return
+        ended_at = self._ended_turns.get(turn_id)
+        if ended_at is not None:
+            if entry_type in LATE_PROJECTION_TYPES:
+                # The seed's catch-up pass (see the header): information, not damage.
+                counts = self._late_projections
+                counts[entry_type] = counts.get(entry_type, 0) + 1
+                return
+            late = self._late_turns.get(turn_id)
+            if late is None:
+                self._late_turns[turn_id] = [line, offset, 1]
+            else:
+                late[2] += 1
+            return
+        first = self._pre_turns.get(turn_id)
+        if is_start:
+            if first is not None:
+                del self._pre_turns[turn_id]
+                self._record(
+                    Problem(
+                        ProblemKind.TURN_START_NOT_FIRST,
+                        line,
+                        offset,
+                        f"turn.start of turn {turn_id} comes after entries of that turn "
+                        f"(the first at line {first[0]})",
+                        turn_id=turn_id,
+                    )
+                )
+            self._open_turns[turn_id] = (line, offset)
+        elif is_terminal:
+            self._ended_turns[turn_id] = line
+            if first is None:
+                where = (line, offset)
+                message = f"turn {turn_id} ended ({event_type}) but never started"
+            else:
+                del self._pre_turns[turn_id]
+                where = first
+                message = f"turn {turn_id} never started (it ended at line {line}, {event_type})"
+            self._record(Problem(ProblemKind.TURN_WITHOUT_START, *where, message, turn_id=turn_id))
+        elif first is None:
+            self._pre_turns[turn_id] = (line, offset)
+
+    def _check_message(self, message: Any, turn_id: Any, line: int, offset: int) -> None:
+        key: Any = "null"
+        role: Any = None
+        if type(message) is dict:
+            role = message.get("role")
+            custom_type = message.get("type")
+            # jq's `.data.type // .data.role`: null and false fall through to the role.
+            key = custom_type if custom_type is not None and custom_type is not False else role
+            if type(key) is not str:
+                key = _jq_text(key)
+        counts = self._message_types
+        counts[key] = counts.get(key, 0) + 1
+        if role == "assistant":
+            self._scan_assistant(message, turn_id if type(turn_id) is str else None, line, offset)
+        elif type(role) is str and role in TOOL_RESULT_ROLES:
+            self._scan_tool_results(message)
+
+    def _scan_assistant(
+        self, message: dict[str, Any], turn_id: str | None, line: int, offset: int
+    ) -> None:
+        content = message.get("content")
+        if type(content) is list:
+            for part in content:
+                if type(part) is not dict:
+                    continue
+                part_type = part.get("type")
+                if type(part_type) is not str:
+                    continue
+                if part_type in TOOL_CALL_PART_TYPES:
+                    self._open_call(part, turn_id, line, offset)
+                elif part_type in TOOL_RESULT_PART_TYPES:
+                    # A provider-executed tool answers inside the assistant message itself.
+                    self._close_call(_first_str(part, _RESULT_ID_KEYS))
+        for key in ("toolCalls", "tool_calls"):
+            calls = message.get(key)
+            if type(calls) is list:
+                for call in calls:
+                    if type(call) is dict:
+                        self._open_call(call, turn_id, line, offset)
+
+    def _scan_tool_results(self, message: dict[str, Any]) -> None:
+        # A tool message answers by a toolCallId on the message (pi / OpenAI shapes) or on
+        # each content part (AI SDK: [{"type": "tool-result", "toolCallId": ...}]).
+        self._close_call(_first_str(message, _RESULT_ID_KEYS))
+        content = message.get("content")
+        if type(content) is list:
+            for part in content:
+                if type(part) is dict:
+                    self._close_call(_first_str(part, _RESULT_ID_KEYS))
+
+    def _open_call(self, call: dict[str, Any], turn_id: str | None, line: int, offset: int) -> None:
+        call_id = _first_str(call, _CALL_ID_KEYS)
+        if call_id is None:
+            return
+        site: _CallSite = (line, offset, _call_name(call), turn_id)
+        waiting = self._tool_calls.get(call_id)
+        if waiting is None:
+            self._tool_calls[call_id] = [site]
+        else:
+            waiting.append(site)  # some providers reuse ids ("call_0"): answer them in order
+
+    def _close_call(self, call_id: str | None) -> None:
+        if call_id is None:
+            return
+        waiting = self._tool_calls.get(call_id)
+        if waiting:
+            waiting.pop(0)
+            if not waiting:
+                del self._tool_calls[call_id]
+
+    def references(self) -> dict[str, tuple[int, int]]:
+        """Every resource reference read so far (artifact://, asset://), in the order of
+        first appearance, with the line number and offset of that appearance."""
+        return {ref: (at[0], at[1]) for ref, at in self._refs.items()}
+
+    # -- reporting -------------------------------------------------------------------------
+
+    def report(self) -> Report:
+        derived: list[Problem] = []
+        for turn_id, (line, offset) in self._pre_turns.items():
+            derived.append(
+                Problem(
+                    ProblemKind.TURN_WITHOUT_START,
+                    line,
+                    offset,
+                    f"turn {turn_id} has entries but no turn.start",
+                    turn_id=turn_id,
+                )
+            )
+        in_progress = None
+        last = self._last_start
+        for turn_id, (line, offset) in self._open_turns.items():
+            if last is not None and last[0] == turn_id:
+                # Nothing started after it: the turn the writer is in now.
+                in_progress = TurnInProgress(turn_id, line, offset, last[1])
+                continue
+            derived.append(
+                Problem(
+                    ProblemKind.OPEN_TURN,
+                    line,
+                    offset,
+                    f"turn {turn_id} started but never ended "
+                    f"(turn {last[0] if last else '?'} started after it)",
+                    turn_id=turn_id,
+                )
+            )
+        for turn_id, (line, offset, count) in self._late_turns.items():
+            more = f" ({count} lines in all)" if count > 1 else ""
+            derived.append(
+                Problem(
+                    ProblemKind.ENTRY_AFTER_TURN_END,
+                    line,
+                    offset,
+                    f"turn {turn_id} ended at line {self._ended_turns[turn_id]}, "
+                    f"but this line still belongs to it{more}",
+                    turn_id=turn_id,
+                )
+            )
+        for call_id, sites in self._tool_calls.items():
+            for line, offset, name, call_turn in sites:
+                tool = f" ({name})" if name is not None else ""
+                derived.append(
+                    Problem(
+                        ProblemKind.UNPAIRED_TOOL_CALL,
+                        line,
+                        offset,
+                        f"tool call {call_id}{tool} has no later tool result",
+                        turn_id=call_turn,
+                        tool_call_id=call_id,
+                    )
+                )
+        for line, offset, entry_type, anchor in self._anchors:
+            if anchor is not None and _id_digest(anchor) in self._entry_ids:
+                continue  # it named an entry further down the file
+            message = (
+                f"{entry_type} has no lastEntryId"
+                if anchor is None
+                else f'{entry_type} anchor lastEntryId "{anchor}" is not an entry id in this file'
+            )
+            derived.append(
+                Problem(ProblemKind.MISSING_ANCHOR, line, offset, message, anchor=anchor)
+            )
+        if self._pending:
+            derived.append(self._torn_tail())
+
+        counts = dict(self._recorded_counts)
+        listed = list(self._recorded)
+        per_kind: dict[str, int] = {}
+        for problem in derived:
+            counts[problem.kind] = counts.get(problem.kind, 0) + 1
+            per_kind[problem.kind] = per_kind.get(problem.kind, 0) + 1
+            if per_kind[problem.kind] <= MAX_LISTED:
+                listed.append(problem)
+        listed.sort(key=lambda p: (p.line, _KIND_ORDER[p.kind], p.message))
+
+        return Report(
+            bytes_checked=self._offset + len(self._pending),
+            lines=self._lines,
+            blank_lines=self._blank_lines,
+            entries=self._entries,
+            problems=tuple(listed),
+            problem_counts={str(kind): counts[kind] for kind in ProblemKind if kind in counts},
+            turn_events=dict(self._turn_events),
+            entry_types=dict(sorted(self._entry_types.items())),
+            message_types=dict(sorted(self._message_types.items())),
+            late_projections=dict(sorted(self._late_projections.items())),
+            turn_in_progress=in_progress,
+        )
+
+    def _torn_tail(self) -> Problem:
+        tail = bytes(self._pending)
+        try:
+            parsed = orjson.loads(tail)
+        except orjson.JSONDecodeError:
+            shape = "not valid JSON"
+        else:
+            shape = "a JSON object" if type(parsed) is dict else "JSON, but not an object"
+        return Problem(
+            ProblemKind.TORN_TAIL,
+            self._lines + 1,
+            self._offset,
+            f"torn tail: {len(tail)} bytes without a final newline ({shape})",
+        )
+
+    # -- saving and restoring --------------------------------------------------------------
+
+    def to_state(self) -> bytes:
+        """Everything needed to continue feeding from where this checker stands."""
+        state = {
+            "version": STATE_VERSION,
+            "offset": self._offset,
+            "lines": self._lines,
+            "pending": base64.b64encode(self._pending).decode(),
+            "blank_lines": self._blank_lines,
+            "entries": self._entries,
+            "entry_types": self._entry_types,
+            "message_types": self._message_types,
+            "turn_events": self._turn_events,
+            "pre_turns": self._pre_turns,
+            "open_turns": self._open_turns,
+            "ended_turns": self._ended_turns,
+            "late_turns": self._late_turns,
+            "late_projections": self._late_projections,
+            "last_start": self._last_start,
+            "tool_calls": self._tool_calls,
+            "entry_ids": base64.b64encode(_pack_ids(self._entry_ids)).decode(),
+            "anchors": self._anchors,
+            "recorded": [problem.to_json() for problem in self._recorded],
+            "recorded_counts": self._recorded_counts,
+            "refs": self._refs,
+        }
+        return orjson.dumps(state)
+
+    @classmethod
+    def from_state(cls, blob: bytes) -> LogChecker:
+        state = orjson.loads(blob)
+        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+            raise ValueError("not a saved LogChecker state of this version")
+        checker = cls()
+        checker._offset = state["offset"]
+        checker._lines = state["lines"]
+        checker._pending = bytearray(base64.b64decode(state["pending"]))
+        checker._blank_lines = state["blank_lines"]
+        checker._entries = state["entries"]
+        checker._entry_types = state["entry_types"]
+        checker._message_types = state["message_types"]
+        checker._turn_events = state["turn_events"]
+        checker._pre_turns = {k: (v[0], v[1]) for k, v in state["pre_turns"].items()}
+        checker._open_turns = {k: (v[0], v[1]) for k, v in state["open_turns"].items()}
+        checker._ended_turns = state["ended_turns"]
+        checker._late_turns = state["late_turns"]
+        checker._late_projections = state["late_projections"]
+        checker._last_start = state["last_start"]
+        checker._tool_calls = {
+            call_id: [(s[0], s[1], s[2], s[3]) for s in sites]
+            for call_id, sites in state["tool_calls"].items()
+        }
+        checker._entry_ids = _unpack_ids(base64.b64decode(state["entry_ids"]))
+        checker._anchors = [(a[0], a[1], a[2], a[3]) for a in state["anchors"]]
+        checker._recorded = [
+            Problem(
+                kind=ProblemKind(p["kind"]),
+                line=p["line"],
+                offset=p["offset"],
+                message=p["message"],
+                detail=p.get("detail"),
+                turn_id=p.get("turn_id"),
+                tool_call_id=p.get("tool_call_id"),
+                anchor=p.get("anchor"),
+                reference=p.get("reference"),
+            )
+            for p in state["recorded"]
+        ]
+        checker._recorded_counts = state["recorded_counts"]
+        checker._refs = {str(k): [v[0], v[1]] for k, v in state["refs"].items()}
+        return checker
+
+
+def with_problems(report: Report, extra: list[Problem], notes: list[str]) -> Report:
+    """`report` with problems found outside the log (missing resource files) and notes."""
+    counts = dict(report.problem_counts)
+    for p in extra:
+        counts[p.kind] = counts.get(p.kind, 0) + 1
+    listed = sorted([*report.problems, *extra[:MAX_LISTED]],
+                    key=lambda p: (p.line, _KIND_ORDER[p.kind], p.message))
+    return dataclasses.replace(
+        report, problems=tuple(listed),
+        problem_counts={str(k): counts[k] for k in ProblemKind if k in counts},
+        extra_notes=(*report.extra_notes, *notes))

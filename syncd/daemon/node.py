@@ -1,0 +1,747 @@
+"""The daemon: finds instance keys, owns their replicas, and wires watcher, sweep and link.
+
+Instances are found by discovery.py (the sweep, and at once on a watcher hint about a path
+that is not a known replica's file); every key becomes a path through Config.key_dir only.
+
+It routes, it does not decide: frames go to the replica of their (key, file), filesystem hints
+to the replica of their path. Its control socket (`syncd status`, `adopt`, `reload`) is served
+by controlserver.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import itertools
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, Protocol
+
+from syncd.config import Config, ConfigError, load_config
+from syncd.core import frames
+from syncd.core.budget import Budgets, serve_cost
+from syncd.core.errors import SyncdError
+from syncd.core.events import (
+    Event,
+    PeerData,
+    PeerOnline,
+    PeerPos,
+    PeerProbe,
+    PeerProbed,
+    PeerRefuse,
+    PeerRequest,
+)
+from syncd.core.frames import Channel, FrameError, Kind
+from syncd.core.freshness import ReplayGuard
+from syncd.core.identity import Identity, IdentityError
+from syncd.core.machine import Tuning
+from syncd.core.names import printable
+from syncd.core.roots import MAX_DEPTH, KeyPathError
+from syncd.core.telemetry import Telemetry
+from syncd.daemon import logs
+from syncd.daemon.replica import Replica
+from syncd.daemon.resourcehub import RESOURCE_KINDS, ResourceHub
+from syncd.daemon.scrub import scrub_forever
+from syncd.daemon.window import BatchWindow
+from syncd.disk.discovery import Scanner, Skipped, linked_component, root_problems
+from syncd.disk.epoch import next_epoch
+from syncd.disk.groupsync import GroupSync
+from syncd.disk.keyfile import load_identity
+from syncd.disk.persist import RecordStore
+from syncd.disk.watcher import Watcher
+from syncd.net.link import Link
+from syncd.net.outbox import Outbox
+from syncd.net.positions import PositionSender
+
+log = logging.getLogger("syncd.node")
+
+SOCKET_NAME = "syncd.sock"
+ADOPT_STALL_SECONDS = 60
+FULL_SWEEP = 10  # every how many rounds of the sweep the machines' deadlines are checked too
+SWEEP_FILES = 100  # files stat'ed per sweep while the watcher is on (see _sweep_forever)
+# With the watcher on, the directory scan of discovery (also a safety net: new instance
+# directories are hinted at once) runs every DISCOVER_EVERY-th sweep only.
+DISCOVER_EVERY = 5
+REFUSED_SHOWN = 100  # keys refused (a peer's may be many): status and log name this many
+
+
+def _event(kind: Kind, sender: str, body: frames.Payload) -> Event | None:
+    """The machine event a peer's frame is (None for a body that does not fit its kind)."""
+    match kind, body:
+        case Kind.POS, frames.Announce():
+            return PeerPos(sender, body)
+        case (Kind.LIVE | Kind.FILL), frames.Data():
+            return PeerData(sender, body)
+        case Kind.REQ, frames.Request():
+            return PeerRequest(sender, body)
+        case Kind.REFUSE, frames.Refuse():
+            return PeerRefuse(sender, body)
+        case Kind.PROBE, frames.Probe():
+            return PeerProbe(sender, body)
+        case Kind.PROBED, frames.Probed():
+            return PeerProbed(sender, body)
+    return None
+
+
+_CLAIMS = {Kind.POS, Kind.LIVE, Kind.FILL}
+
+
+class Service(Protocol):
+    """Something that lives as long as `run()`: the control socket (ops/controlserver.py),
+    attached by the caller, so that the daemon layer never imports the operations layer."""
+
+    async def start(self, socket_path: Path) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class StartupError(SyncdError):
+    """The daemon cannot start (directories, permissions); the message says what to fix."""
+
+
+class Node:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.node = config.node
+        self.chunk_bytes = config.chunk_bytes
+        self.fetch_window = config.fetch_window_bytes
+        self.request_timeout = config.request_timeout
+        self.persist_interval = config.persist_interval
+        self.state_dir = config.state_dir
+        self.busy = 0
+        self.services: list[Service] = []
+        self.syncer = GroupSync()
+        self.records = RecordStore(config.state_dir)
+        self.replicas: dict[tuple[str, str], Replica] = {}
+        self._by_path: dict[str, Replica] = {}  # str(replica.path) -> replica, for hints
+        self.presence: dict[str, bool] = {}
+        # node -> wall time its presence last changed as heard here (first heard, at start):
+        # readiness says how long a peer has been offline.
+        self.presence_since: dict[str, float] = {}
+        self._connected_at: float | None = None  # wall time of the last broker connection
+        self.rejected = 0
+        self._refused: dict[str, str] = {}  # key -> why it cannot be replicated here
+        self._scanner = self._new_scanner(config)
+        self.skipped: list[Skipped] = []  # directories found that cannot be replicated
+        self._skips_logged: set[tuple[str, str]] = set()
+        self._discover_pending = False
+        self._last_reject_log: dict[str, float] = {}  # sender level ("" for none) -> when
+        self._listed_for: Config | None = None
+        self._listed_cache: dict[str, tuple[str, Any]] = {}
+        self._prefix = config.mqtt.topic_prefix
+        self._level = frames.level(config.node)
+        self.identity: Identity | None = None  # read in check_dirs(), before anything is sent
+        self.epoch = 0  # this run's number, counted up in check_dirs()
+        self._seq = itertools.count()
+        self._guard = ReplayGuard()
+        self.link = Link(config, self._on_message, self._on_connected, self.seal_presence,
+                         self._subscriptions)
+        self._outbox = Outbox(self._publish_batch, config.chunk_bytes)
+        self._positions = PositionSender(
+            lambda item: self._outbox.add(frames.all_topic(self._prefix, self.node), "", item),
+            self._publish_retained)
+        self._watcher = Watcher(config.roots.watch_dirs(), self._on_hint, self._on_overflow)
+        # Local changes gather for batch_window while appends keep coming (window.py).
+        self._window: BatchWindow[Replica] = BatchWindow(
+            config.batch_window, Replica.hint_local, self._watcher.hold, self._watcher.drain,
+            self._watcher.resume)
+        self._stop = asyncio.Event()
+        self._durable_hooks: list[Callable[[str, str, int], None]] = []
+        self.started = time.time()
+        self.telemetry = Telemetry(time.monotonic())
+        self._chores: set[asyncio.Task[None]] = set()  # referenced until done (asyncio docs)
+        self.budgets = Budgets(config.limits)  # what each peer's requests may cost us
+        self.resources = ResourceHub(self)  # each instance's resources/ (resourcehub.py)
+
+    # --- Host protocol for replicas ---------------------------------------------------------
+
+    def send(self, kind: Kind, key: str, file: str, payload: frames.Payload, to: str = "",
+             retain: bool = False) -> None:
+        """Queue one item; positions go out at once (retained, one topic per file), the rest
+        in a batch per topic at the end of this turn of the event loop."""
+        item = frames.Item(kind, payload, key, file)
+        self.telemetry.count("sent", kind.value, item.size)
+        if kind is Kind.POS:  # in the batch, and retained for later hosts (positions.py)
+            self._positions.announce(key, file, item)
+            return
+        if not to:  # live bytes, and resource summaries and changes: for everyone
+            self._outbox.add(frames.all_topic(self._prefix, self.node), "", item)
+        else:
+            self._outbox.add(frames.to_topic(self._prefix, to, self.node), to, item)
+
+    def _publish_retained(self, key: str, file: str, item: frames.Item) -> None:
+        self._outbox.flush()  # keep order: bytes announced are sent before the position
+        topic = frames.position_topic(self._prefix, self.node, key, file)
+        self.link.publish(topic, self._seal(topic, (item,)), retain=True)
+
+    def _publish_batch(self, topic: str, to: str, items: tuple[frames.Item, ...]) -> None:
+        # Live batches at QoS 0: a lost one is a gap the next batch or position reveals (and
+        # fetched again), and QoS 1 costs a PUBACK each way per write (README, Topics).
+        self.link.publish(topic, self._seal(topic, items, to=to), qos=1 if to else 0)
+
+    def _seal(self, topic: str, items: tuple[frames.Item, ...], to: str = "",
+              conn: int | None = None) -> bytes:
+        """Encode and sign a frame for `topic`, stamped with our run, connection and order."""
+        assert self.identity is not None
+        frame = frames.Frame(self.node, self.epoch, next(self._seq), time.time_ns() // 1_000_000,
+                             items, to, self.link.conn if conn is None else conn)
+        return frames.encode(frame, self.identity, topic)
+
+    def seal_presence(self, topic: str, online: bool, conn: int) -> bytes:
+        return self._seal(topic, (frames.Item(Kind.NODE, frames.Presence(online)),), conn=conn)
+
+    def role_of(self, key: str) -> str:
+        return self.config.role_of(key)
+
+    def tuning(self) -> Tuning:
+        return Tuning(chunk_bytes=self.chunk_bytes, fetch_window=self.fetch_window,
+                      request_timeout=self.request_timeout,
+                      persist_interval=self.persist_interval)
+
+    def is_online(self, node: str) -> bool:
+        return self.presence.get(node, False)
+
+    def is_listed(self, node: str) -> bool:
+        return node in self.config.peers
+
+    def offline_since(self, node: str) -> float | None:
+        if self.presence.get(node, True):
+            return None
+        return self.presence_since.get(node)
+
+    def connected_since(self) -> float | None:
+        return self._connected_at if self.link.connected.is_set() else None
+
+    def missing_resources(self, key: str, refs: Iterable[str]) -> tuple[list[str], int, int]:
+        return self.resources.missing(key, refs)
+
+    def durable(self, key: str, file: str, size: int) -> None:
+        self.telemetry.durable(key, file, size, time.time(), time.monotonic())
+        for hook in self._durable_hooks:
+            hook(key, file, size)
+
+    def flush(self) -> None:
+        self._outbox.flush()
+
+    def on_durable(self, hook: Callable[[str, str, int], None]) -> None:
+        """Call `hook(key, file, size)` each time bytes become durable here (tests, bench)."""
+        self._durable_hooks.append(hook)
+
+    # --- lifetime ---------------------------------------------------------------------------
+
+    def check_dirs(self) -> None:
+        """Refuse to start, saying what to fix, unless directories and identity are usable."""
+        try:
+            self.identity = load_identity(self.config.identity_file)
+        except IdentityError as e:
+            raise StartupError(str(e)) from None
+        listed = self.config.peers.get(self.node)
+        if listed is not None and listed != self.identity.public:
+            raise StartupError(
+                f"[peers] lists another public key for this node ({self.node}) than "
+                f"identity_file {self.config.identity_file} holds ({self.identity.public}): "
+                "fix the [peers] line on every host, or use the right identity_file")
+        for where, problem in root_problems(self.config.roots, "this user"):
+            fix = "create it, or fix" if "does not exist" in problem else "grant access, or fix"
+            raise StartupError(f"{where} {problem} ({fix} {where} in the config)")
+        sd = self.config.state_dir
+        try:
+            sd.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StartupError(f"state_dir {sd} cannot be created: {e.strerror}") from None
+        if not os.access(sd, os.R_OK | os.W_OK | os.X_OK):
+            raise StartupError(f"state_dir {sd} is not readable and writable by this user")
+        try:
+            self.epoch = next_epoch(sd)
+        except (OSError, ValueError) as e:
+            raise StartupError(f"cannot count up this run's epoch in {sd}: {e}") from None
+
+    async def run(self, ready: Callable[[], None] | None = None) -> None:
+        """Run until `stop()`; `ready` is called once replicas are loaded and the link is up."""
+        self.check_dirs()
+        self._discover()
+        if self.config.watch:
+            self._watcher.start()
+        else:
+            log.info("watch = false: changes are found by the stat sweep every %.2gs",
+                     self.config.sweep_interval)
+        tasks = [
+            asyncio.create_task(self.link.run(), name="link"),
+            asyncio.create_task(self._sweep_forever(), name="sweep"),
+            asyncio.create_task(scrub_forever(self), name="scrub"),
+        ]
+        for service in self.services:
+            await service.start(self.socket_path)
+        log.info("node %s watching %s (%d files), state in %s", self.node,
+                 self.config.roots.describe(), len(self.replicas), self.config.state_dir)
+        try:
+            stop = asyncio.create_task(self._stop.wait())
+            if ready is not None:
+                # Not past a stop or a failure: SIGTERM must work while the broker is away.
+                waiting = asyncio.create_task(self._wait_ready())
+                await asyncio.wait([waiting, stop, *tasks], return_when=asyncio.FIRST_COMPLETED)
+                if waiting.done():
+                    ready()
+                waiting.cancel()
+            # A background task that ends on its own is a bug: stop loudly, not half-working.
+            done, _ = await asyncio.wait([stop, *tasks], return_when=asyncio.FIRST_COMPLETED)
+            if stop not in done:
+                stop.cancel()
+                broken = done.pop()
+                raise RuntimeError(f"internal task {broken.get_name()} ended: "
+                                   f"{broken.exception()!r}")
+        finally:
+            for service in self.services:
+                service.close()
+            self._watcher.stop()
+            await self.link.close()
+            for t in tasks:
+                t.cancel()
+            for t in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await t
+            for r in self.replicas.values():
+                await r.stop()
+            await self.resources.stop()
+            self.records.flush()  # what the worker had not written yet (files not stopped)
+            await self.syncer.close()
+            with contextlib.suppress(FileNotFoundError):
+                self.socket_path.unlink()
+            log.info("node %s stopped", self.node)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def reload_from_source(self, expected: str | None = None) -> dict[str, Any]:
+        """Re-read the config file we started from and apply it (SIGHUP, `syncd reload`).
+
+        A file that does not load changes nothing; the reply says why, for `syncd reload` to
+        show (systemctl reload then fails) and the log too (a bare SIGHUP has nobody to tell).
+        `expected`: the file the caller checked; another one is refused, not reloaded.
+        """
+        source = self.config.source
+        assert source is not None
+        if expected is not None and not _same_file(expected, source):
+            return {"ok": False, "config": str(source),
+                    "error": f"this daemon runs {source}, not {expected}"}
+        try:
+            config = load_config(source)
+        except ConfigError as e:
+            log.error("reload refused, keeping the running configuration: %s", e)
+            return {"ok": False, "error": f"config error: {e}", "config": str(source)}
+        needs_restart = await self.reload(config)
+        return {"ok": True, "config": str(source), "files": len(self.replicas),
+                "needs_restart": needs_restart}
+
+    async def reload(self, config: Config) -> list[str]:
+        """Apply a re-read config (SIGHUP): new and removed keys, file lists, roles, tuning.
+
+        Identity and wiring (node, directories, broker) need a restart; they are kept as they
+        were, the log says so, and their names are returned.
+        """
+        fixed = ("node", "roots", "state_dir", "mqtt", "identity_file")
+        changed = [name for name in fixed if getattr(config, name) != getattr(self.config, name)]
+        if changed:
+            log.warning("reload: %s changed; that takes a restart (keeping the running values)",
+                        ", ".join(changed))
+            config = dataclasses.replace(config, **{n: getattr(self.config, n) for n in fixed})
+        removed = set(self.config.peers) - set(config.peers)
+        peers_changed = config.peers.keys() != self.config.peers.keys()
+        self.config = config
+        for node in sorted(removed):
+            self._unlist(node)
+        if peers_changed:
+            await self.link.resubscribe()
+        self.chunk_bytes = config.chunk_bytes
+        self._outbox.limit = config.chunk_bytes
+        self.fetch_window = config.fetch_window_bytes
+        self.request_timeout = config.request_timeout
+        self.persist_interval = config.persist_interval
+        self._window.window = config.batch_window
+        self._window.flush()
+        self.budgets.configure(config.limits)
+        for (key, file), r in list(self.replicas.items()):
+            if not config.wants_key(key) or file not in config.files_of(key):
+                await r.stop()
+                del self.replicas[(key, file)]
+                self._by_path.pop(str(r.path), None)
+                log.info("reload: %s is no longer replicated", r.name)
+            else:
+                r.retune(self.tuning())
+                if r.machine.role != config.role_of(key):
+                    log.info("reload: %s role %s -> %s", r.name, r.machine.role,
+                             config.role_of(key))
+                    r.set_role(config.role_of(key))
+        self.resources.configure(config)
+        before = len(self.replicas)
+        self._refused.clear()
+        self._scanner = self._new_scanner(config)
+        self._discover(force=True)
+        log.info("reload: configuration applied (%d files, %d new)", len(self.replicas),
+                 len(self.replicas) - before)
+        return changed
+
+    def scrubbed(self) -> list[Replica]:
+        return list(self.replicas.values())
+
+    @property
+    def socket_path(self) -> Path:
+        return self.config.state_dir / SOCKET_NAME
+
+    async def _wait_ready(self) -> None:
+        await self.link.connected.wait()
+        for r in list(self.replicas.values()):
+            await r.loaded.wait()
+
+    # --- discovery and hints ----------------------------------------------------------------
+
+    def _replica(self, key: str, file: str) -> Replica | None:
+        r = self.replicas.get((key, file))
+        if r is None:
+            if not self.config.wants_key(key) or file not in self.config.files_of(key):
+                return None
+            try:
+                root, parts = self.config.roots.locate(key)
+            except KeyPathError as e:
+                self._refuse(key, e.reason)
+                return None
+            linked = linked_component(root.path, parts)
+            if linked is not None:
+                # A key must be a directory of its own under its root, not a way out of it.
+                self._refuse(key, f"{printable(str(linked))} is a symbolic link (not followed)")
+                return None
+            folder = self.config.key_dir(key)
+            r = Replica(self, key, file, folder / file)
+            self.replicas[(key, file)] = r
+            self._by_path[str(r.path)] = r
+            # The replica's task inherits this context: its log lines carry key and file as
+            # fields (JSON logs) without every call passing them.
+            token = logs.FIELDS.set({"key": key, "file": file})
+            try:
+                r.start()
+            finally:
+                logs.FIELDS.reset(token)
+            self.resources.ensure(key, if_present=True)
+            chore = asyncio.get_running_loop().create_task(self._after_load(r))
+            self._chores.add(chore)
+            chore.add_done_callback(self._chores.discard)
+        return r
+
+    async def _after_load(self, r: Replica) -> None:
+        await r.loaded.wait()
+        self.telemetry.baseline(r.key, r.file, r.machine.position.size)
+        # Divergences recorded before a restart may name a node removed from [peers] since.
+        for node in set(r.machine.peers) | set(r.machine.diverged):
+            if node not in self.config.peers:
+                r.forget_peer(node)
+
+    def _refuse(self, key: str, reason: str) -> None:
+        """A key this node was asked to replicate (found here, or a peer's) that it cannot:
+        logged once, and listed by status (the first REFUSED_SHOWN of them)."""
+        if key not in self._refused and len(self._refused) < REFUSED_SHOWN:
+            self._refused[key] = reason
+            log.error("key %s is not replicated: %s", printable(key), reason)
+
+    @staticmethod
+    def _new_scanner(config: Config) -> Scanner:
+        return Scanner(config.roots, config.files_of, config.all_files())
+
+    def _discover(self, force: bool = False) -> None:
+        """Find new instances (the sweep calls this every second: directories that did not
+        change since the last scan are not listed again, see discovery.py)."""
+        scan = self._scanner.scan()
+        self.skipped = scan.skipped
+        for s in scan.skipped:
+            if (str(s.folder), s.reason) not in self._skips_logged:
+                self._skips_logged.add((str(s.folder), s.reason))
+                log.error("%s: key %s is not replicated: %s", printable(str(s.folder)),
+                          s.key or "-", s.reason)
+        if not scan.changed and not force:
+            return
+        for found in scan.instances:
+            if self.config.wants_key(found.key):
+                for file in self.config.files_of(found.key):
+                    self._replica(found.key, file)
+
+    def _discover_soon(self) -> None:
+        """Discover at the next turn of the loop: a burst of hints costs one scan."""
+        if not self._discover_pending:
+            self._discover_pending = True
+            asyncio.get_running_loop().call_soon(self._discover_hinted)
+
+    def _discover_hinted(self) -> None:
+        self._discover_pending = False
+        self._discover()
+
+    def _on_hint(self, path: str, gone: bool = False) -> None:
+        found = self._by_path.get(path) if not gone else None
+        if found is not None:  # the usual case, a file grew: no path arithmetic
+            self._grew(found)
+            return
+        roots = self.config.roots
+        place = roots.place(Path(path))
+        if place is None:
+            return
+        if place.root is None or not place.parts:
+            self._discover_soon()  # at or above a root: a root may have come or gone
+            return
+        root, parts = place.root, place.parts
+        if len(parts) >= 2:
+            found = self.replicas.get((roots.key_of(root, parts[:-1]), parts[-1]))
+            if found is not None:
+                if gone:
+                    found.hint_local(replaced=True)
+                else:
+                    self._grew(found)
+                return
+        for depth in range(1, min(len(parts), MAX_DEPTH) + 1):
+            if root.path.joinpath(*parts[:depth]) in self._scanner.leaves:
+                if depth == len(parts):  # an instance's directory itself (moved, deleted)
+                    self._hint_below(root.path.joinpath(*parts), gone)
+                else:
+                    self.resources.hint(roots.key_of(root, parts[:depth]), path)
+                return  # inside an instance: resources/, workspace/, ... are no instances
+        if len(parts) > MAX_DEPTH + 1:
+            return  # below the depth where instances are looked for
+        if gone:
+            self._hint_below(root.path.joinpath(*parts), gone)
+        self._discover_soon()
+
+    def _grew(self, replica: Replica) -> None:
+        """A replicated file changed: look at it within the batch window (window.py), unless
+        it is exactly as our own append left it (a standby's own write is no news)."""
+        if not replica.as_own_append_left_it():
+            self._window.offer(replica)
+
+    def _on_overflow(self) -> None:
+        """The kernel dropped events: look at everything, as a sweep would, now."""
+        self._discover_soon()
+        for r in self.replicas.values():
+            r.hint_local()
+        self.resources.look_everywhere()
+
+    def _hint_below(self, folder: Path, gone: bool) -> None:
+        """A directory moved or deleted: look again at every replica below it."""
+        for r in self.replicas.values():
+            if r.path.is_relative_to(folder):
+                r.hint_local(replaced=gone)
+
+    async def _sweep_forever(self) -> None:
+        """The safety net under the watcher: inotify can merge or drop events.
+
+        Discovery looks at every directory above the instances on each sweep (one stat each,
+        see discovery.py). Files: with `watch = false` the sweep is all there is, and every
+        file is stat'ed on each sweep; with the watcher on, each sweep stats the next
+        SWEEP_FILES files only, so that thousands of idle files cost a bounded amount of CPU
+        (a change the watcher missed is found within ceil(files / SWEEP_FILES) sweeps). Each
+        machine's deadline is checked on every FULL_SWEEP-th round only: the replica's own
+        timer is what ticks it (see Replica.sweep)."""
+        # The list of a round is made once per round: even listing a thousand idle replicas
+        # every second showed in an idle daemon's profile (cold objects, a cache miss each).
+        replicas: list[Replica] = []
+        cursor, rounds, sweeps = 0, 0, 0
+        while True:
+            await asyncio.sleep(self.config.sweep_interval)
+            sweeps += 1
+            if not self.config.watch or sweeps % DISCOVER_EVERY == 0:
+                if self.config.watch:
+                    self._watcher.rewatch()
+                self._discover()
+            if cursor == 0:
+                replicas = list(self.replicas.values())
+            if not self.config.watch or len(replicas) <= SWEEP_FILES:
+                batch, cursor = replicas, len(replicas)
+            else:
+                batch = replicas[cursor:cursor + SWEEP_FILES]
+                cursor += len(batch)
+            full = rounds % FULL_SWEEP == 0
+            for r in batch:
+                if r.running:
+                    r.sweep(full)
+            if cursor >= len(replicas):
+                cursor = 0
+                rounds += 1
+            self.resources.sweep()
+
+    # --- the link ---------------------------------------------------------------------------
+
+    async def _on_connected(self) -> None:
+        self._connected_at = time.time()
+        self._positions.forget()  # the broker may have lost them: every file's next goes at once
+        for r in self.replicas.values():
+            r.reconnected()
+        self.resources.connected()
+
+    def _on_message(self, topic: str, payload: bytes) -> None:
+        if not payload:
+            return  # a retained message being cleared (`syncd forget`): says nothing
+        try:
+            route = frames.parse_topic(self._prefix, topic)
+        except FrameError as e:
+            self._reject(topic, str(e))
+            return
+        if route.sender == self._level:
+            return  # our own presence comes back (n/+), or a frame to ourselves: not news
+        if route.channel is Channel.TO and route.to != self._level:
+            return
+        listed = self._listed.get(route.sender)
+        if listed is None:
+            name = frames.name_of_level(route.sender) or route.sender
+            self._reject(topic, f"from {name!r}, a node not listed in [peers]", route.sender)
+            return
+        sender, key = listed
+        try:
+            frame = frames.decode(route, payload, sender, max(self.chunk_bytes, 16 << 20), key,
+                                  topic)
+        except FrameError as e:
+            self._reject(topic, str(e), route.sender)
+            return
+        verdict = self._guard.check(route.channel, topic, frame)
+        if verdict.reason is not None:
+            self._reject(topic, verdict.reason, route.sender)
+            return
+        if verdict.online is not None:
+            self._presence_changed(sender, verdict.online)
+        for item in frame.items:
+            self.telemetry.count("received", item.kind.value, item.size)
+            self._deliver(sender, frame, item)
+
+    def _deliver(self, sender: str, frame: frames.Frame, item: frames.Item) -> None:
+        if item.kind in RESOURCE_KINDS:
+            self.resources.deliver(sender, item)
+            return
+        event = _event(item.kind, sender, item.payload)
+        if event is None:
+            return
+        if item.kind is Kind.POS and not self._guard.newest_position(
+                sender, item.key, item.file, frame.epoch, frame.seq):
+            return  # a retained copy older than a batched one already heard: not news
+        if item.kind in _CLAIMS and not self.config.may_write(item.key, sender):
+            # The key's `writers` do not include the sender: its positions (which would make
+            # us fetch from it) do not count here, and bytes it sends are refused.
+            if item.kind is not Kind.POS:
+                self._reject(f"{item.key}/{item.file}", f"{sender} is not among the writers "
+                             f"of {item.key}", frames.level(sender))
+            return
+        replica = self._replica(item.key, item.file)
+        if replica is None:
+            return
+        if (item.kind is Kind.LIVE and replica.machine.frozen is None
+                and sender not in replica.machine.diverged):
+            assert isinstance(item.payload, frames.Data)
+            self.telemetry.expect(item.key, item.file, sender, item.payload.end, frame.ts,
+                                  replica.machine.position.size)
+        if isinstance(event, PeerRequest) and not self._within_budget(event, replica):
+            return  # dropped and counted; the requester asks again after its timeout
+        replica.deliver(event)
+
+    def _within_budget(self, event: PeerRequest, replica: Replica) -> bool:
+        """Whether to serve a peer's request (syncd/budget.py); logs drops once a minute."""
+        r, now = event.request, time.monotonic()
+        cost = serve_cost(r.have, r.start, r.length, replica.machine.held, self.fetch_window)
+        if self.budgets.admit(event.peer, cost, now):
+            return True
+        line = self.budgets.report(event.peer, now)
+        if line is not None:
+            log.warning("%s", line, extra={"peer": event.peer})
+        return False
+
+    def _subscriptions(self) -> list[str]:
+        return frames.subscriptions(self._prefix, self.node, self.config.peers)
+
+    @property
+    def _listed(self) -> dict[str, tuple[str, Any]]:
+        """Topic level -> (node, public key) of every peer in [peers] but us."""
+        config = self.config
+        if self._listed_for is not config:
+            self._listed_cache = {frames.level(n): (n, k) for n, k in config.peer_keys().items()
+                                  if n != self.node}
+            self._listed_for = config
+        return self._listed_cache
+
+    def _presence_changed(self, node: str, online: bool) -> None:
+        if self.presence.get(node) == online:
+            return
+        self.presence[node] = online
+        self.presence_since[node] = time.time()
+        log.info("peer %s is %s", node, "online" if online else "offline",
+                 extra={"peer": node})
+        if online:
+            self._positions.retain_everything()  # it has just read our retained positions
+        for each in self.replicas.values():
+            each.deliver(PeerOnline(node, online))
+        self.resources.presence(node, online)
+
+    def _unlist(self, node: str) -> None:
+        """A node removed from [peers]: drop it from presence, every file and the metrics."""
+        self.presence.pop(node, None)
+        self.presence_since.pop(node, None)
+        self.telemetry.forget(node)
+        self.budgets.forget(node)
+        for r in self.replicas.values():
+            if r.loaded.is_set():  # else _after_load does it
+                r.forget_peer(node)
+        log.warning("node %s is no longer in [peers]: dropped from status and metrics, its "
+                    "frames are refused", node, extra={"peer": node})
+
+    def _reject(self, topic: str, reason: str, sender: str | None = None) -> None:
+        self.rejected += 1
+        self.telemetry.reject(reason)
+        now = time.monotonic()
+        # One line per sender per minute at most: a hostile client must not flood the log.
+        who = sender or ""
+        if now - self._last_reject_log.get(who, -60.0) >= 60:
+            if len(self._last_reject_log) > 1000:
+                self._last_reject_log.clear()
+            self._last_reject_log[who] = now
+            log.warning("rejected frame on %r: %s (%d rejected so far)", topic[:200], reason,
+                        self.rejected)
+
+    # --- control socket ---------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        files = [r.status() for _, r in sorted(self.replicas.items())]
+        skipped = [s.to_json() for s in self.skipped]
+        skipped += [{"key": printable(k), "path": None, "reason": why}
+                    for k, why in sorted(self._refused.items())]
+        ready = sum(1 for f in files if f["ready"])
+        now = time.monotonic()
+        for f in files:
+            peers: dict[str, dict[str, Any]] = f["peers"]  # type: ignore[assignment]
+            for p in peers.values():
+                p["lag_seconds"] = round(self.telemetry.lag_seconds(
+                    f["key"], f["file"], p["size"], f["size"], now), 3)  # type: ignore[arg-type]
+            self.telemetry.prune(f["key"], f["file"],  # type: ignore[arg-type]
+                                 min((p["size"] for p in peers.values()), default=0))
+        return {
+            "node": self.node,
+            "broker": self.link.broker,  # the one in use (connected, or being tried)
+            "brokers": self.link.brokers,  # every broker listed, in order
+            "broker_switches": self.link.switches,
+            "connected": self.link.connected.is_set(),
+            "connected_since": self.connected_since(),
+            "queued_bytes": self.link.queued,  # published, not yet acknowledged by the broker
+            "publishes_dropped": self.link.dropped,  # over [mqtt] max_queued_bytes
+            "peers": {n: {"online": o, "since": self.presence_since.get(n)}
+                      for n, o in sorted(self.presence.items())},
+            "ready_count": {"yes": ready, "no": len(files) - ready},
+            "rejected_frames": self.rejected,
+            "peer_budgets": self.budgets.status(),
+            "uptime_s": round(time.time() - self.started, 1),
+            "files": files,
+            "resources": self.resources.status(),
+            # Directories that would be instances but cannot be replicated: `syncd status`
+            # shows each as state "error" with its reason.
+            "skipped": skipped,
+        }
+
+
+def _same_file(a: str | Path, b: str | Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False

@@ -1,0 +1,565 @@
+"""One replicated file on this host: the shell around its machine (`machine.py`).
+
+The machine decides; this module does the I/O it asks for and nothing else. One asyncio task
+per file takes one event at a time: it reads what the machine's plan names (stat and bytes,
+through one descriptor), hands the event and the snapshot to the machine, and carries out the
+effects in order, feeding each result (appended, synced, rehashed, archived) straight back,
+so that a local append, a peer's bytes and a peer's request never race each other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import errno
+import logging
+import os
+import time
+from collections import deque
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Protocol
+
+from syncd.core import frames
+from syncd.core.errors import ConcurrentWrite, FileReplaced
+from syncd.core.events import (
+    EMPTY,
+    AdoptDone,
+    AdoptRequested,
+    Append,
+    Appended,
+    AppendFailed,
+    Archive,
+    Archived,
+    ArchiveFailed,
+    Drained,
+    Durable,
+    Effect,
+    Event,
+    FindLine,
+    IoFailed,
+    LineFound,
+    Loaded,
+    LoadFailed,
+    Log,
+    LogCheck,
+    Look,
+    LookAgain,
+    NoteAppending,
+    PeerForgotten,
+    Persist,
+    Reassess,
+    Reconnected,
+    Redeliver,
+    Rehash,
+    Rehashed,
+    Reload,
+    RoleChanged,
+    ScrubMismatch,
+    Send,
+    Snapshot,
+    Sync,
+    Synced,
+    SyncFailed,
+    Tick,
+)
+from syncd.core.ledger import Ledger
+from syncd.core.machine import (
+    Machine,
+    Mode,
+    Tuning,
+)
+from syncd.core.readiness import MISSING_SHOWN, Facts, PeerFacts, decide
+from syncd.core.records import Stat
+from syncd.daemon import logs
+from syncd.daemon.logfollow import IncrementalVerifier
+from syncd.disk import groupsync, store
+from syncd.disk.archive import archive_copy
+from syncd.disk.groupsync import GroupSync
+from syncd.disk.persist import RecordStore
+
+log = logging.getLogger("syncd.replica")
+
+# Events without fields, made once (frozen: one value each).
+LOOK, DRAINED, SYNCED, TICK = Look(), Drained(), Synced(), Tick()
+
+INLINE_SYNC_BYTES = 64 * 1024  # below this, a lone busy file syncs on the loop
+
+
+class Host(Protocol):
+    """What a replica needs from the node that owns it."""
+
+    node: str
+    records: RecordStore
+    busy: int  # how many replicas have work waiting or under way
+    syncer: GroupSync
+    state_dir: Path
+    presence: dict[str, bool]
+
+    def tuning(self) -> Tuning: ...
+
+    def role_of(self, key: str) -> str: ...
+
+    def send(self, kind: frames.Kind, key: str, file: str, payload: frames.Payload,
+             to: str = "", retain: bool = False) -> None: ...
+
+    def durable(self, key: str, file: str, size: int) -> None: ...
+
+    def flush(self) -> None:
+        """Send every item queued so far now, not at the end of this loop turn."""
+
+    def offline_since(self, node: str) -> float | None: ...
+
+    def is_listed(self, node: str) -> bool: ...
+
+    def connected_since(self) -> float | None: ...
+
+    def missing_resources(self, key: str, refs: Iterable[str]) -> tuple[list[str], int, int]:
+        ...
+
+
+class Replica:
+    def __init__(self, host: Host, key: str, file: str, path: Path) -> None:
+        self.host = host
+        self.key = key
+        self.file = file
+        self.path = path
+        self._fspath = os.fspath(path)
+        self.machine = Machine(host.node, key, file, host.role_of(key), host.tuning(),
+                               online=host.presence)
+        self.verifier = IncrementalVerifier(path, host.records.folder(key) / f"{file}.verify")
+        self.loaded = asyncio.Event()  # set once the start-up check is done (even if it failed)
+        self._inbox: deque[Event] = deque()
+        self._look_pending = False
+        self._busy = False  # counted in host.busy
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+        self._swept: tuple[int, int, int, int] | None = None
+        self._own: Stat | None = None  # the file as our last append left it
+        self._verifier_restored = False
+        self._log_open = True  # the log check may be behind or unsaved (see sweep)
+        self._unsendable = False  # logged that the link refused this file's topic
+        self._shipped = 0  # bytes of live frames sent since the last sync (see _sync)
+
+    @property
+    def ledger(self) -> Ledger | None:
+        return self.machine.ledger
+
+    @property
+    def name(self) -> str:
+        return f"{self.key}/{self.file}"
+
+    # --- intake (on the event loop, never blocks) ------------------------------------------------
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=self.name)
+
+    async def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        # Shutting down: record the position now if it may be recorded at all.
+        m = self.machine
+        if m.mode is not Mode.LOADING and not m.unsynced:
+            m.record_dirty = True
+            with contextlib.suppress(OSError):
+                self._persist(m._persist_record(durable=True))
+        await self.verifier.close()
+        if self._busy:
+            self._busy = False
+            self.host.busy -= 1
+
+    def deliver(self, event: Event) -> None:
+        self._inbox.append(event)
+        self._signal()
+
+    def hint_local(self, replaced: bool = False) -> None:
+        """Look at the local file again; `replaced`: the watcher saw it deleted or moved over
+        (kept as its own event: a later look must not swallow it)."""
+        if replaced:
+            self.deliver(Look(replaced=True))
+        elif not self._look_pending:
+            self._look_pending = True
+            self._signal()
+
+    def as_own_append_left_it(self) -> bool:
+        """Whether the file is exactly as our own last append left it: the watcher reports our
+        own writes too, and a look at them would find nothing the machine has not judged (it
+        got this stat with the append). Any other write changes size, times or inode."""
+        own = self._own
+        if own is None:
+            return False
+        try:
+            st = os.lstat(self._fspath)
+        except OSError:
+            return False
+        return (st.st_ino == own.ino and st.st_size == own.size and st.st_dev == own.dev
+                and st.st_mtime_ns == own.mtime_ns and st.st_ctime_ns == own.ctime_ns)
+
+    def sweep(self, full: bool = True) -> None:
+        """The node's periodic safety net: look again if the file changed since the last
+        sweep (inotify can merge or drop events), and resume the log check if it is behind,
+        so that thousands of idle files cost one stat each per sweep and nothing more.
+
+        `full`: also tick if the machine is overdue. Its own timer (armed after every turn of
+        the task, and on a reload) does that; this only backs it up, so the node asks for it
+        on a few sweeps only (computing each idle machine's deadline every second was a fifth
+        of the idle CPU)."""
+        try:
+            st = os.lstat(self._fspath)  # as store.stat: a symbolic link is not followed
+        except FileNotFoundError:
+            now = None
+        else:
+            now = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        if now != self._swept:
+            self._swept = now
+            self.hint_local()
+        if self._log_open:
+            verifier = self.verifier
+            if verifier.unsaved or verifier.size < self.machine.held:
+                self._follow_log()
+                verifier.save()
+            else:
+                self._log_open = False  # caught up and saved: nothing to look at until a LogCheck
+        if full:
+            due = self.machine.deadline()
+            if due is not None and due <= asyncio.get_running_loop().time():
+                self.deliver(TICK)
+
+    @property
+    def running(self) -> bool:
+        """Started and not stopped (a reload may stop a replica the sweep still lists)."""
+        return self._task is not None
+
+    def retune(self, tuning: Tuning) -> None:
+        """New timings (a reload): the machine's deadline may have moved earlier."""
+        self.machine.tuning = tuning
+        self._arm_timer()
+
+    def reconnected(self) -> None:
+        """A new broker connection: announce our position again and fetch what we lack."""
+        self.deliver(Reconnected())
+
+    def forget_peer(self, node: str) -> None:
+        """`syncd forget`: a retired node's copy no longer counts, nor any divergence with it."""
+        self.deliver(PeerForgotten(node))
+
+    def set_role(self, role: str) -> None:
+        self.deliver(RoleChanged(role))
+
+    def _signal(self) -> None:
+        """Wake the task; count this file as busy until its work is done."""
+        if not self._busy:
+            self._busy = True
+            self.host.busy += 1
+        self._wake.set()
+
+    # --- the task -----------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        try:
+            await self._load()
+        finally:
+            self.loaded.set()
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            try:
+                await self._drain()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("%s: unexpected error (will retry)", self.name)
+            finally:
+                if self._busy and not self._wake.is_set():
+                    self._busy = False
+                    self.host.busy -= 1
+                self._arm_timer()
+
+    async def _load(self) -> None:
+        try:
+            loaded = self.host.records.load(self.key, self.file)
+            event: Event = (Loaded(*loaded) if loaded else Loaded(
+                None, [], appending=self.host.records.load_appending(self.key, self.file)))
+        except ValueError as e:
+            event = Loaded(None, [], problem=str(e))
+        except OSError as e:
+            event = LoadFailed(f"cannot read the state of {self.name}: {e.strerror or e}")
+        await self._handle(event)
+        if self.machine.mode is Mode.LOADING:
+            return  # a Rehash is under way or failed; its result is handled the same way
+        self._look_pending = True
+        self._signal()
+
+    async def _drain(self) -> None:
+        while self._inbox or self._look_pending:
+            # The writer's new bytes first: everything else waits less than they do.
+            if self._look_pending:
+                self._look_pending = False
+                event: Event = LOOK
+            else:
+                event = self._inbox.popleft()
+            await self._handle(event)
+        await self._handle(DRAINED)
+
+    async def _handle(self, event: Event) -> None:
+        m = self.machine
+        logs.PEER.set(getattr(event, "peer", None))  # JSON log lines about it name the peer
+        plan = m.reads_for(event)
+        loop = asyncio.get_running_loop()
+        reads: dict[tuple[int, int], bytes] = {}
+        try:
+            if plan.empty:
+                st, line_end = None, None  # a decision that needs no file
+            elif not plan.ranges and plan.line_end_from is None:
+                st, line_end = store.stat(self.path), None
+            else:
+                st, reads, line_end = store.snapshot(self.path, plan.ranges, plan.line_end_from)
+        except OSError as e:
+            effects = m.handle(IoFailed(event, e.strerror or str(e)), EMPTY, loop.time(),
+                               time.time())
+        else:
+            effects = m.handle(event, Snapshot(st, reads, line_end), loop.time(), time.time())
+        await self._perform(effects)
+
+    async def _perform(self, effects: list[Effect]) -> None:
+        for e in effects:
+            match e:
+                case Send(kind=kind, payload=payload, to=to, retain=retain):
+                    try:
+                        self.host.send(kind, self.key, self.file, payload, to=to,
+                                       retain=retain)
+                    except ValueError as err:
+                        # A topic the broker client refuses: the file stays served locally,
+                        # the rest of the effects still run, and the log says why, once.
+                        if not self._unsendable:
+                            self._unsendable = True
+                            log.error("%s: cannot publish: %s", self.name, err)
+                    if kind is frames.Kind.LIVE and isinstance(payload, frames.Data):
+                        self._shipped += len(payload.data)
+                case Append():
+                    await self._handle(self._append(e))
+                case Sync(local=local):
+                    await self._handle(await self._sync(local))
+                case Durable(size=size):
+                    self.host.durable(self.key, self.file, size)
+                case LogCheck(restart=restart):
+                    if restart:
+                        self.verifier.restart()
+                        self._verifier_restored = True
+                    elif not self._verifier_restored:
+                        self._verifier_restored = True
+                        if self.machine.note is None:
+                            self.verifier.restore(self.machine.held)
+                    self._follow_log()
+                case Persist():
+                    self._persist(e)
+                case NoteAppending(appending=appending, durable=durable):
+                    try:
+                        self.host.records.note_appending(self.key, self.file, appending,
+                                                         durable)
+                    except OSError as err:
+                        log.warning("%s: cannot note the append under way: %s", self.name,
+                                    err.strerror or err)
+                case Rehash():
+                    await self._rehash(e)
+                case Archive(manifest=manifest):
+                    await self._handle(await self._archive(manifest))
+                case FindLine(peer=peer, offset=offset):
+                    try:
+                        line = await asyncio.to_thread(store.line_number, self.path, offset)
+                    except OSError as err:
+                        log.warning("%s: cannot count lines: %s", self.name, err)
+                        continue
+                    await self._handle(LineFound(peer, offset, line))
+                case LookAgain():
+                    self._look_pending = True
+                case Redeliver(event=event):
+                    self._inbox.appendleft(event)
+                case Reassess():
+                    self._inbox.append(e)
+                case Reload():
+                    await self._load()
+                case Log(level=level, message=message):
+                    log.log(level, "%s", message)
+                case AdoptDone(ticket=ticket, result=result):
+                    if isinstance(ticket, asyncio.Future) and not ticket.done():
+                        ticket.set_result(result)
+
+    # --- effects with results -----------------------------------------------------------------
+
+    def _append(self, e: Append) -> Event:
+        if e.inode is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            st = store.append_at(self.path, e.offset, e.data, e.inode)
+        except FileReplaced as err:
+            return AppendFailed("replaced", str(err))
+        except ConcurrentWrite as err:
+            return AppendFailed("concurrent", str(err))
+        except OSError as err:
+            kind = "full" if err.errno in (errno.ENOSPC, errno.EDQUOT) else "error"
+            return AppendFailed(kind, f"cannot write {self.path}: {err.strerror or err}")
+        self._own = st
+        return Appended(e.peer, e.data, st)
+
+    async def _sync(self, local: bool) -> Event:
+        """fdatasync: inline when this is the only busy file, the batch is small and the disk
+        is fast (a thread hop costs more CPU than such a sync), else grouped in a worker
+        thread, so that many busy files sync together.
+
+        Before an inline sync, the frames queued so far are sent (the link writes them to the
+        socket at once): the peers need not wait for our disk."""
+        # Local bytes: only a batch just shipped is known to be small (a sync after a rehash
+        # may flush a whole file the writer wrote while we were away).
+        small = (0 < self._shipped <= INLINE_SYNC_BYTES if local
+                 else self.machine.unsynced <= INLINE_SYNC_BYTES)
+        self._shipped = 0
+        try:
+            if small and self.host.busy <= 1 and groupsync.disk_is_fast():
+                self.host.flush()
+                groupsync.timed_sync(self.path)
+            else:
+                await self.host.syncer.sync(self.path)
+        except OSError as err:
+            return SyncFailed(err.strerror or str(err))
+        return SYNCED
+
+    async def _rehash(self, e: Rehash) -> None:
+        try:
+            ledger: Ledger | None = await asyncio.to_thread(
+                store.hash_file, self.path, None, e.whole_lines, e.hold)
+        except FileNotFoundError:
+            ledger = None
+        except OSError as err:
+            await self._perform(self.machine.handle(
+                IoFailed(e, err.strerror or str(err)), EMPTY, asyncio.get_running_loop().time(),
+                time.time()))
+            return
+        await self._handle(Rehashed(e.purpose, ledger, e.why))
+
+    async def _archive(self, manifest: dict[str, object]) -> Event:
+        try:
+            dest = await asyncio.to_thread(archive_copy, self.host.state_dir, self.host.node,
+                                           self.key, self.file, self.path, manifest)
+        except OSError as err:
+            return ArchiveFailed(err.strerror or str(err))
+        self.host.records.forget_chain(self.key, self.file)
+        return Archived(str(dest))
+
+    def _persist(self, e: Persist) -> None:
+        records = self.host.records
+        if e.rebuilt:
+            records.forget_chain(self.key, self.file)
+        chain = e.chain
+        if chain is None:
+            # Frozen before a ledger existed: keep the previous chain file as it is.
+            loaded = records.load(self.key, self.file)
+            chain = loaded[1] if loaded else []
+        if not e.durable and e.chain is not None:
+            records.save_later(self.key, self.file, e.record, chain)
+            return
+        try:
+            records.save(self.key, self.file, e.record, chain, durable=e.durable)
+        except OSError as err:
+            log.error("%s: cannot record the position in %s: %s", self.name, records.root, err)
+
+    # --- time and log checks ------------------------------------------------------------------
+
+    def _arm_timer(self) -> None:
+        due = self.machine.deadline()
+        if due == self._timer_at:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._timer_at = due
+        if due is not None:
+            self._timer = asyncio.get_running_loop().call_at(due, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer, self._timer_at = None, None
+        self.deliver(TICK)
+
+    def _follow_log(self) -> None:
+        self._log_open = True  # the sweep looks at it until it has caught up and is saved
+        # Not while catching up: the log checks would compete with the fetch for the GIL, and
+        # a copy that is behind is not ready anyway. The sweep resumes them.
+        if self.machine.fetch is None:
+            self.verifier.follow(lambda: self.machine.held, lambda: self.machine.fetch is not None)
+
+    # --- operator ------------------------------------------------------------------------------
+
+    def adopt(self, source: str, done: asyncio.Future[dict[str, object]]) -> None:
+        self.deliver(AdoptRequested(source, done))
+
+    def scrub_failed(self) -> None:
+        self.deliver(ScrubMismatch())
+
+    def status(self) -> dict[str, object]:
+        m = self.machine
+        report = self.verifier.report()
+        out = m.status()
+        state = str(out["state"])
+        host = self.host
+        # The one definition of READY is readiness.decide; this only gathers what it needs.
+        trouble = out["error"] or (out["paused"] if state == "paused" else None)
+        facts = Facts(
+            now=time.time(), state=state, freeze=m.freeze.reason if m.freeze else None,
+            freeze_since=m.freeze.since if m.freeze else None,
+            freeze_detail=m.freeze.detail if m.freeze else None,
+            size=m.ledger.size if m.ledger else m.position.size,
+            checked=self.verifier.size, report=report, checked_at=self.verifier.caught_up_at,
+            connected=host.connected_since() is not None,
+            connected_since=host.connected_since(),
+            trouble=str(trouble) if trouble else None,
+            adopting=m.adoption.peer if m.adoption else None, role=m.role, note=m.note,
+            node=m.node,
+            peers=tuple(
+                PeerFacts(
+                    name=node, online=m.online.get(node, False),
+                    offline_since=host.offline_since(node), size=v.position.size,
+                    ahead_by=(0 if node in m.diverged
+                              else max(0, v.position.size - m.position.size)),
+                    ahead_since=v.ahead_since, frozen=v.frozen, frozen_since=v.frozen_since,
+                    diverged=node in m.diverged,
+                    diverged_since=m.diverged[node].since if node in m.diverged else None,
+                    grew_at=v.grew_at, heard_at=v.heard_at,
+                    # A host unlisted here counts for nothing, in a peer's words neither.
+                    disputes=tuple(n for n in v.diverged
+                                   if n == m.node or host.is_listed(n)),
+                    disputes_since=v.disputes_since)
+                for node, v in sorted(m.peers.items())),
+        )
+        missing, unheld, conflicts = host.missing_resources(
+            self.key, self.verifier.checker.references())
+        facts = dataclasses.replace(facts, missing_resources=tuple(missing),
+                                    unheld_resources=unheld, resource_conflicts=conflicts)
+        verdict = decide(facts)
+        peers = out["peers"]
+        assert isinstance(peers, dict)
+        for node, p in peers.items():
+            p["offline_since"] = host.offline_since(node)
+            p["heard_at"] = m.peers[node].heard_at
+        # What the file holds now, even while frozen (when nothing else looks at it).
+        st = store.stat(self.path)
+        out.update(
+            path=str(self.path),
+            file_size=st.size if st else 0,
+            ready=verdict.ready,
+            not_ready=verdict.not_ready,
+            notes=verdict.notes,
+            missing_resources=len(missing),
+            missing_resources_first=missing[:MISSING_SHOWN],
+            log_check={"bytes": self.verifier.size, "read": self.verifier.bytes_read,
+                       "clean": report.clean if report else None,
+                       "problems": dict(report.problem_counts) if report else {}},
+        )
+        return out

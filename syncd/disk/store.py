@@ -1,0 +1,275 @@
+"""Blocking file I/O on one local copy. Small functions; the replica decides when to call them.
+
+Files are opened per operation (a host may carry thousands of keys; holding descriptors would
+exhaust the limit, and a fresh open always sees the current inode). Every open goes through
+`open_file`: no symbolic link is followed (neither the file nor its key directory may be one)
+and only a regular file is accepted, so a copy replaced by a link to a secret elsewhere, or by
+a FIFO, is refused with an error that says so, never read, shipped or appended to.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat as stat_mode
+from collections.abc import Iterator
+from pathlib import Path
+
+from syncd.core.errors import ConcurrentWrite, FileReplaced, FileShrank, SyncdError
+from syncd.core.ledger import BLOCK, Ledger
+from syncd.core.records import Stat, line_around  # noqa: F401  (re-exported)
+
+READ_CHUNK = 1 << 20
+_KINDS = {stat_mode.S_IFDIR: "a directory", stat_mode.S_IFIFO: "a FIFO",
+          stat_mode.S_IFSOCK: "a socket", stat_mode.S_IFCHR: "a character device",
+          stat_mode.S_IFBLK: "a block device"}
+
+
+class NotRegularFile(SyncdError, OSError):
+    """The path is a symbolic link (or lies in a directory that is one), or is no regular file:
+    syncd neither reads nor writes it. An OSError (ELOOP, or EINVAL for other kinds), so every
+    caller that reports I/O errors reports this one too; `strerror` is the whole explanation."""
+
+
+def open_file(path: Path, flags: int = os.O_RDONLY, mode: int = 0o666, *,
+              key_dir: bool = True) -> int:
+    """A descriptor on `path`, which must be a regular file reached through no symbolic link:
+    neither `path` nor, with `key_dir`, its parent directory may be a link. Raises
+    NotRegularFile otherwise (FileNotFoundError when absent). The checks are made on the
+    descriptor returned, so a name swapped for a link afterwards changes nothing."""
+    flags |= os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # a FIFO must not block the open
+    parent = None
+    if key_dir:
+        try:
+            parent = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+                             | os.O_CLOEXEC)
+        except OSError as e:
+            if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise NotRegularFile(errno.ELOOP, f"{path.parent} is a symbolic link or not a "
+                                     "directory; syncd follows no symbolic links",
+                                     str(path.parent)) from None
+            raise
+    try:
+        fd = os.open(path.name if parent is not None else path, flags, mode, dir_fd=parent)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise NotRegularFile(errno.ELOOP, f"{path} is a symbolic link; syncd follows no "
+                                 "symbolic links (nothing read or written)", str(path)) from None
+        if e.errno == errno.ENXIO:  # a FIFO without a reader, opened for writing
+            raise NotRegularFile(errno.EINVAL, f"{path} is a FIFO, not a regular file",
+                                 str(path)) from None
+        raise
+    finally:
+        if parent is not None:
+            os.close(parent)
+    try:
+        kind = stat_mode.S_IFMT(os.fstat(fd).st_mode)
+        if kind != stat_mode.S_IFREG:
+            raise NotRegularFile(errno.EINVAL, f"{path} is {_KINDS.get(kind, 'not a file')}, "
+                                 "not a regular file; syncd reads and writes regular files only",
+                                 str(path))
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+class _Reader:
+    """A read-only descriptor on a regular file reached through no symbolic link: a replicated
+    file that is a link (to /etc/shadow, say) is refused, not shipped."""
+
+    def __init__(self, path: Path) -> None:
+        self.fd = open_file(path)
+
+    def __enter__(self) -> int:
+        return self.fd
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)
+
+
+def stat(path: Path) -> Stat | None:
+    """The file's stat; a symbolic link is not followed (and so is refused when opened)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return Stat(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def read_range(path: Path, start: int, end: int) -> bytes:
+    """Bytes [start, end) of the file; shorter if the file is shorter."""
+    if end <= start:
+        return b""
+    with _Reader(path) as fd:
+        return os.pread(fd, end - start, start)
+
+
+def last_line_end(path: Path, start: int, end: int) -> int:
+    """Offset just past the last '\\n' in [start, end), or `start` when there is none.
+
+    Searches backwards so that a large backlog costs one read in the common case.
+    """
+    with _Reader(path) as fd:
+        return _last_line_end(fd, start, end)
+
+
+def _last_line_end(fd: int, start: int, end: int) -> int:
+    hi = end
+    while hi > start:
+        lo = max(start, hi - READ_CHUNK)
+        chunk = os.pread(fd, hi - lo, lo)
+        i = chunk.rfind(b"\n")
+        if i >= 0:
+            return lo + i + 1
+        hi = lo
+    return start
+
+
+def snapshot(path: Path, ranges: tuple[tuple[int, int], ...], line_end_from: int | None
+             ) -> tuple[Stat | None, dict[tuple[int, int], bytes], int | None]:
+    """The file's stat, the bytes of each range (shorter where the file is shorter) and,
+    when asked, the end of its last whole line past `line_end_from`: all through one
+    descriptor, so that they describe one file even if the name is replaced meanwhile.
+    A missing file gives (None, {}, None); a symbolic link is refused (NotRegularFile)."""
+    try:
+        fd = open_file(path)
+    except FileNotFoundError:
+        return None, {}, None
+    try:
+        st = os.fstat(fd)
+        reads = {(a, b): os.pread(fd, b - a, a) if b > a else b"" for a, b in ranges}
+        line_end = None
+        if line_end_from is not None:
+            line_end = _line_end_from_reads(reads, line_end_from, st.st_size)
+            if line_end is None:
+                line_end = _last_line_end(fd, line_end_from, st.st_size)
+        return Stat(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns), reads, \
+            line_end
+    finally:
+        os.close(fd)
+
+
+def _line_end_from_reads(reads: dict[tuple[int, int], bytes], start: int,
+                         size: int) -> int | None:
+    """The last line end in [start, size) from a read that already holds those bytes."""
+    for (a, _), data in reads.items():
+        if a <= start and a + len(data) >= size:
+            cut = data.rfind(b"\n", start - a, size - a)
+            return a + cut + 1 if cut >= 0 else start
+    return None
+
+
+def append_at(path: Path, offset: int, data: bytes, inode: tuple[int, int] | None) -> Stat:
+    """Append `data` at `offset` to the file whose (dev, ino) is `inode`; with inode None,
+    create the file, which must not exist yet. Not made durable (the caller syncs once for a
+    batch). Raises FileReplaced when the name now holds another file, ConcurrentWrite when
+    the size is not `offset` before or `offset + len(data)` after, OSError otherwise (with
+    nothing partial left behind)."""
+    flags = os.O_WRONLY | os.O_APPEND
+    if inode is None:
+        flags |= os.O_CREAT | os.O_EXCL
+    try:
+        # The umask decides the mode: under the systemd unit (UMask=0007) a copy created here
+        # is group-writable, so the bot's user can take it over after a failover.
+        fd = open_file(path, flags, 0o666)
+    except FileExistsError:
+        raise FileReplaced(f"{path} was created by someone else meanwhile") from None
+    except FileNotFoundError:
+        raise FileReplaced(f"{path} was removed") from None
+    try:
+        st = os.fstat(fd)
+        if inode is not None and (st.st_dev, st.st_ino) != inode:
+            raise FileReplaced(f"{path} is another file now (inode {st.st_ino})")
+        return _append_fd(fd, offset, data)
+    finally:
+        os.close(fd)
+
+
+def _append_fd(fd: int, offset: int, data: bytes) -> Stat:
+    before = os.fstat(fd).st_size
+    if before != offset:
+        raise ConcurrentWrite(f"expected {offset} bytes before appending, found {before}")
+    view = memoryview(data)
+    try:
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+    except OSError:
+        _undo_partial_append(fd, offset, len(data) - len(view))
+        raise
+    st = os.fstat(fd)
+    if st.st_size != offset + len(data):
+        raise ConcurrentWrite(f"expected {offset + len(data)} bytes after appending, "
+                              f"found {st.st_size}")
+    return Stat(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _undo_partial_append(fd: int, offset: int, written: int) -> None:
+    """A write failed midway (disk full): take back the bytes this call wrote, and only those,
+    so the copy stays a whole-lines prefix of the sender's. If the size says someone else
+    appended meanwhile, leave everything as it is (the replica then sees two histories)."""
+    if written and os.fstat(fd).st_size == offset + written:
+        os.ftruncate(fd, offset)
+
+
+def sync(path: Path) -> None:
+    """fsync a file we only read (the local writer's bytes) before announcing them."""
+    try:
+        fd = open_file(path)
+    except FileNotFoundError:
+        return
+    try:
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+
+
+def sync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def chunks(path: Path, start: int, end: int) -> Iterator[bytes]:
+    """The bytes [start, end) in reads of at most READ_CHUNK (fewer if the file is shorter)."""
+    with _Reader(path) as fd:
+        pos = start
+        while pos < end:
+            chunk = os.pread(fd, min(READ_CHUNK, end - pos), pos)
+            if not chunk:
+                return
+            yield chunk
+            pos += len(chunk)
+
+
+def hash_file(path: Path, limit: int | None = None, whole_lines: bool = True,
+              hold: int = 0) -> Ledger:
+    """A ledger of the file's bytes up to `limit` (or its end); by default only whole lines,
+    but never fewer than `hold` bytes (bytes already recorded as held are ours, mid-line or
+    not)."""
+    ledger = Ledger()
+    size = os.lstat(path).st_size
+    end = size if limit is None else limit
+    if whole_lines:
+        end = max(last_line_end(path, 0, end), min(hold, size))
+    for chunk in chunks(path, 0, end):
+        ledger.extend(chunk)
+    return ledger
+
+
+def partial_block(path: Path, offset: int) -> bytes:
+    """The bytes [block_start(offset), offset): what Ledger.digest_at needs."""
+    start = offset - offset % BLOCK
+    data = read_range(path, start, offset)
+    if len(data) != offset - start:
+        raise FileShrank(f"{path} is shorter than {offset} bytes")
+    return data
+
+
+def line_number(path: Path, offset: int) -> int:
+    """1-based number of the line that holds byte `offset`."""
+    return 1 + sum(chunk.count(b"\n") for chunk in chunks(path, 0, offset))

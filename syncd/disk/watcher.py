@@ -1,0 +1,248 @@
+"""Filesystem hints (inotify on Linux), read on the event loop.
+
+Every event is only a hint: "look at this path again". The replica decides with fstat. The
+kernel merges identical unread events and drops everything on queue overflow, so hints are
+never counted, an overflow asks for a look at everything, and the node's periodic stat sweep
+catches whatever never arrived.
+
+Each directory under the roots is watched (inotify is not recursive): directories that appear
+later are added as they are reported, and what was created in them before their watch existed
+is reported too. The events of one read are reduced to one hint per (path, gone) before they
+are handed on, so a burst of writes to one file costs one look.
+
+Where inotify is missing (not Linux), watchdog's observer does the same from its threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from syncd.disk import inotify
+
+log = logging.getLogger("syncd.watcher")
+
+Hint = Callable[[str, bool], None]  # (path, gone): gone = deleted, or moved away or over
+
+_GONE = (inotify.IN_DELETE | inotify.IN_MOVED_FROM | inotify.IN_MOVED_TO
+         | inotify.IN_DELETE_SELF | inotify.IN_MOVE_SELF)
+_SELF = inotify.IN_DELETE_SELF | inotify.IN_MOVE_SELF
+READS_PER_WAKE = 16  # read(2)s per wake-up at most: coalesce a burst, never starve the loop
+
+
+class Watcher:
+    def __init__(self, roots: list[Path], hint: Hint,
+                 overflow: Callable[[], None] | None = None, backend: str = "auto") -> None:
+        self._roots = [os.fsencode(r) for r in roots]
+        self._hint = hint
+        self._overflow = overflow
+        self._backend = backend if backend != "auto" else (
+            "inotify" if inotify.available() else "watchdog")
+        self._fd = -1
+        self._dirs: dict[int, bytes] = {}  # watch descriptor -> directory
+        self._wds: dict[bytes, int] = {}  # directory -> watch descriptor
+        self._full_logged = False
+        self._observer: Any = None
+        self._held = False  # events left in the kernel's queue until drain() (see hold())
+
+    @property
+    def watched(self) -> int:
+        """Directories under watch (inotify)."""
+        return len(self._dirs)
+
+    def start(self) -> None:
+        if self._backend == "watchdog":
+            self._observer = _start_watchdog(self._roots, self._hint)
+            return
+        self._fd = inotify.init()
+        for root in self._roots:
+            self._add_tree(root, None)
+        asyncio.get_running_loop().add_reader(self._fd, self._read)
+
+    def stop(self) -> None:
+        if self._observer is not None:
+            self._observer.stop()
+            self._observer.join(timeout=5)
+            self._observer = None
+        if self._fd >= 0:
+            if not self._held:
+                asyncio.get_running_loop().remove_reader(self._fd)
+            self._held = False
+            os.close(self._fd)
+            self._fd = -1
+            self._dirs.clear()
+            self._wds.clear()
+
+    def hold(self) -> None:
+        """Leave events in the kernel's queue: while the node gathers changes anyway
+        (window.py), waking up for each write would cost a loop turn per write for nothing.
+        drain() reads them all at once. An overflow meanwhile is reported as always."""
+        if self._fd >= 0 and not self._held:
+            self._held = True
+            asyncio.get_running_loop().remove_reader(self._fd)
+
+    def drain(self) -> None:
+        """Hand on the events held back since hold(), now (they stay held afterwards)."""
+        if self._held:
+            self._read()
+
+    def resume(self) -> None:
+        """Read events as they come again."""
+        if self._held:
+            self._held = False
+            asyncio.get_running_loop().add_reader(self._fd, self._read)
+
+    def rewatch(self) -> None:
+        """Watch the roots that were missing at start (called by the sweep)."""
+        if self._fd >= 0:
+            for root in self._roots:
+                if root not in self._wds:
+                    self._add_tree(root, None)
+
+    # --- inotify ------------------------------------------------------------------------------
+
+    def _read(self) -> None:
+        hints: dict[tuple[bytes, bool], None] = {}  # ordered set
+        for _ in range(READS_PER_WAKE):
+            try:
+                buf = os.read(self._fd, 1 << 16)
+            except BlockingIOError:
+                break
+            except OSError as e:
+                log.error("cannot read filesystem events: %s; relying on the sweep", e)
+                break
+            for ev in inotify.parse(buf):
+                self._event(ev, hints)
+        for path, gone in hints:
+            self._hint(os.fsdecode(path), gone)
+
+    def _event(self, ev: inotify.Event, hints: dict[tuple[bytes, bool], None]) -> None:
+        mask = ev.mask
+        if mask & inotify.IN_Q_OVERFLOW:
+            log.warning("filesystem event queue overflowed; looking at every file again")
+            if self._overflow is not None:
+                self._overflow()
+            return
+        if mask & inotify.IN_IGNORED:
+            self._drop(ev.wd)
+            return
+        folder = self._dirs.get(ev.wd)
+        if folder is None:
+            return
+        if not ev.name:
+            # The directory itself went: its parent reports that too, but nothing reports a
+            # root's removal but this.
+            if mask & _SELF and folder in self._roots:
+                hints[(folder, True)] = None
+            return
+        path = folder + b"/" + ev.name
+        if mask & inotify.IN_ISDIR:
+            if mask & (inotify.IN_MOVED_FROM | inotify.IN_DELETE):
+                self._forget_tree(path)
+            elif mask & (inotify.IN_CREATE | inotify.IN_MOVED_TO):
+                if mask & inotify.IN_MOVED_TO:
+                    self._forget_tree(path)  # moved over an old directory of that name
+                self._add_tree(path, hints)
+        hints[(path, bool(mask & _GONE))] = None
+
+    def _add_tree(self, top: bytes, hints: dict[tuple[bytes, bool], None] | None) -> None:
+        """Watch `top` and every directory below it; with `hints`, report what is inside
+        (it may have been created before the watches existed)."""
+        if not self._add(top):
+            return
+        for folder, dirs, files in os.walk(top, onerror=None, followlinks=False):
+            kept = []
+            for d in dirs:
+                path = folder + b"/" + d
+                if self._add(path):
+                    kept.append(d)
+                if hints is not None:
+                    hints[(path, False)] = None
+            dirs[:] = kept
+            if hints is not None:
+                for f in files:
+                    hints[(folder + b"/" + f, False)] = None
+
+    def _add(self, folder: bytes) -> bool:
+        try:
+            wd = inotify.add_watch(self._fd, folder)
+        except OSError as e:
+            if e.errno in (errno.ENOENT, errno.ENOTDIR):
+                return False  # gone already, or not a directory (a symlink: not followed)
+            if e.errno == errno.ENOSPC and not self._full_logged:
+                self._full_logged = True
+                log.warning("inotify watch limit reached (fs.inotify.max_user_watches) at "
+                            "%s: changes below it are found by the sweep only",
+                            os.fsdecode(folder))
+            elif e.errno != errno.ENOSPC:
+                log.warning("cannot watch %s: %s; changes there are found by the sweep",
+                            os.fsdecode(folder), e.strerror)
+            return False
+        old = self._dirs.get(wd)
+        if old is not None and old != folder:
+            self._wds.pop(old, None)  # the same directory under a new name
+        self._dirs[wd] = folder
+        self._wds[folder] = wd
+        return True
+
+    def _forget_tree(self, top: bytes) -> None:
+        below = top + b"/"
+        for folder in [f for f in self._wds if f == top or f.startswith(below)]:
+            wd = self._wds.pop(folder)
+            if self._dirs.get(wd) == folder:
+                del self._dirs[wd]
+                inotify.rm_watch(self._fd, wd)
+
+    def _drop(self, wd: int) -> None:
+        folder = self._dirs.pop(wd, None)
+        if folder is not None and self._wds.get(folder) == wd:
+            del self._wds[folder]
+
+
+# --- watchdog (no inotify) ------------------------------------------------------------------
+
+
+def _start_watchdog(roots: list[bytes], hint: Hint) -> Any:
+    from watchdog.events import (
+        DirCreatedEvent,
+        DirDeletedEvent,
+        DirMovedEvent,
+        FileCreatedEvent,
+        FileDeletedEvent,
+        FileModifiedEvent,
+        FileMovedEvent,
+        FileSystemEvent,
+        FileSystemEventHandler,
+    )
+    from watchdog.observers import Observer
+
+    loop = asyncio.get_running_loop()
+
+    class Bridge(FileSystemEventHandler):
+        def on_any_event(self, event: FileSystemEvent) -> None:
+            # Runs on the observer thread: hand over and return at once.
+            gone = event.event_type in ("deleted", "moved")
+            for path in (event.src_path, getattr(event, "dest_path", "")):
+                if path:
+                    loop.call_soon_threadsafe(hint, _text(path), gone)
+
+    observer = Observer()
+    bridge = Bridge()
+    for root in roots:
+        if os.path.isdir(root):
+            observer.schedule(bridge, os.fsdecode(root), recursive=True,
+                              event_filter=[FileModifiedEvent, FileCreatedEvent,
+                                            FileDeletedEvent, FileMovedEvent, DirCreatedEvent,
+                                            DirMovedEvent, DirDeletedEvent])
+    observer.daemon = True
+    observer.start()
+    return observer
+
+
+def _text(path: Any) -> str:
+    return path.decode("utf-8", "surrogateescape") if isinstance(path, bytes) else str(path)

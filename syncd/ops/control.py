@@ -1,0 +1,64 @@
+"""Client side of the control socket (`<state_dir>/syncd.sock`): one JSON request, one reply."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from syncd.core.errors import SyncdError
+
+
+class ControlError(SyncdError):
+    """The daemon could not be asked (not running, wrong state_dir, permissions)."""
+
+
+def query(socket_path: Path, cmd: str, timeout: float = 10.0, **args: Any) -> dict[str, Any]:
+    """Send one command and return its final reply (progress lines are skipped)."""
+    replies = list(stream(socket_path, cmd, timeout, **args))
+    if not replies:
+        raise ControlError("syncd closed the connection without replying")
+    return replies[-1]
+
+
+def stream(socket_path: Path, cmd: str, timeout: float = 10.0,
+           **args: Any) -> Iterator[dict[str, Any]]:
+    """Send one command; yield every reply line (progress, then the final reply)."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(timeout)
+            s.connect(str(socket_path))
+            s.sendall(orjson.dumps({"cmd": cmd, **args}) + b"\n")
+            buf = b""
+            while chunk := s.recv(1 << 16):
+                buf += chunk
+                *lines, buf = buf.split(b"\n")
+                for line in lines:
+                    yield _parse(line)
+            if buf.strip():
+                yield _parse(buf)
+    except FileNotFoundError:
+        raise ControlError(f"syncd is not running (no control socket at {socket_path})") from None
+    except ConnectionRefusedError:
+        raise ControlError(f"syncd is not running (stale control socket at {socket_path})"
+                           ) from None
+    except PermissionError:
+        raise ControlError(f"permission denied on {socket_path} (run as the syncd user or "
+                           "root)") from None
+    except OSError as e:
+        raise ControlError(f"cannot talk to syncd at {socket_path}: {e}") from None
+
+
+def _parse(line: bytes) -> dict[str, Any]:
+    try:
+        reply = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        raise ControlError("syncd sent a malformed reply") from None
+    if not isinstance(reply, dict):
+        raise ControlError(f"syncd sent a malformed reply: {reply!r}")
+    if "progress" not in reply and not reply.get("ok"):
+        raise ControlError(str(reply.get("error")))
+    return reply

@@ -1,0 +1,620 @@
+"""The per-file machine without sockets or files: scripted events in, expected effects out.
+
+Each test drives `syncd.machine.Machine` the way the shell does (reads the planned bytes from
+an in-memory file, hands over event and snapshot) and asserts on the effects. Milliseconds
+each; the end-to-end tests stay the acceptance layer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from syncd.core.events import (
+    AdoptDone,
+    AdoptRequested,
+    Append,
+    Appended,
+    AppendFailed,
+    Archive,
+    Archived,
+    Drained,
+    Event,
+    IoFailed,
+    Loaded,
+    Log,
+    Look,
+    LookAgain,
+    NoteAppending,
+    PeerData,
+    PeerOnline,
+    PeerPos,
+    PeerRequest,
+    Persist,
+    Redeliver,
+    Rehash,
+    Rehashed,
+    ScrubMismatch,
+    Send,
+    Snapshot,
+    Sync,
+    Synced,
+    SyncFailed,
+    Tick,
+)
+from syncd.core.frames import Announce, Data, Kind, Refuse, Request
+from syncd.core.ledger import BLOCK, Ledger, Position, digest_of
+from syncd.core.machine import (
+    LOCATE_RETRY,
+    PAGE,
+    Machine,
+    Mode,
+    Tuning,
+)
+from syncd.core.reconcile import PeerState
+from syncd.core.records import FileRecord, Stat
+
+
+class File:
+    """An in-memory file, read the way the shell reads the real one."""
+
+    def __init__(self, data: bytes = b"", inode: int = 1) -> None:
+        self.data, self.inode, self.mtime = bytearray(data), inode, 1
+
+    def write(self, data: bytes) -> None:
+        self.data += data
+        self.mtime += 1
+
+    def snapshot(self, m: Machine, event: Event) -> Snapshot:
+        plan = m.reads_for(event)
+        reads = {(a, b): bytes(self.data[a:b]) for a, b in plan.ranges}
+        line_end = None
+        if plan.line_end_from is not None:
+            line_end = self.data.rfind(b"\n", plan.line_end_from) + 1 or plan.line_end_from
+        st = Stat(1, self.inode, len(self.data), self.mtime, self.mtime)
+        return Snapshot(st, reads, line_end)
+
+
+def feed(m: Machine, f: File | None, event: Event, now: float = 1.0) -> list[object]:
+    """Hand one event to the machine and carry out the effects that have results."""
+    snap = f.snapshot(m, event) if f is not None else Snapshot()
+    effects: list[object] = list(m.handle(event, snap, now, 1e9 + now))
+    out = list(effects)
+    for e in effects:
+        if isinstance(e, Append) and f is not None:
+            f.write(e.data)
+            out += feed(m, f, Appended(e.peer, e.data, Stat(1, f.inode, len(f.data), f.mtime,
+                                                               f.mtime)), now)
+        elif isinstance(e, Sync):
+            out += feed(m, f, Synced(), now)
+        elif isinstance(e, Redeliver):
+            out += feed(m, f, e.event, now)  # the shell puts it first in line
+        elif isinstance(e, Rehash) and f is not None:
+            ledger = Ledger()
+            ledger.extend(bytes(f.data[: f.data.rfind(b"\n") + 1]))
+            out += feed(m, f, Rehashed(e.purpose, ledger, e.why), now)
+    return out
+
+
+def live(data: bytes = b"", peers: tuple[str, ...] = ("b",)) -> tuple[Machine, File]:
+    """A machine that holds `data` (already recorded), with peers online."""
+    m = Machine("a", "k", "events.jsonl", "symmetric", Tuning(),
+                online=dict.fromkeys(peers, True))
+    f = File(data)
+    feed(m, f, Loaded(None, []))
+    feed(m, f, Look())
+    assert m.mode is Mode.LIVE and m.held == len(data)
+    return m, f
+
+
+def sent(effects: list[object], kind: Kind) -> list[Send]:
+    return [e for e in effects if isinstance(e, Send) and e.kind is kind]
+
+
+LINE = b'{"id": "1"}\n'
+
+
+def test_local_growth_ships_whole_lines_only_then_syncs_before_announcing() -> None:
+    m, f = live(LINE)
+    f.write(b'{"id": "2"}\n{"id": "3", "torn')
+    out = feed(m, f, Look(), now=2.0)
+    live_frames = sent(out, Kind.LIVE)
+    assert [e.payload.data for e in live_frames] == [b'{"id": "2"}\n{"id": "3", "torn'[:12]]
+    assert isinstance(live_frames[0].payload, Data)
+    assert live_frames[0].payload.base == digest_of(LINE)
+    order = [type(e).__name__ for e in out if isinstance(e, Send | Sync)]
+    assert order.index("Sync") < len(order) - 1 and m.position.size == 24
+
+
+def test_a_peers_bytes_extending_ours_are_appended() -> None:
+    m, f = live(LINE)
+    out = feed(m, f, PeerData("b", Data(len(LINE), digest_of(LINE), b'{"id": "2"}\n')))
+    assert any(isinstance(e, Append) for e in out)
+    assert bytes(f.data) == LINE + b'{"id": "2"}\n'
+
+
+def test_never_appended_onto_an_unfinished_local_line() -> None:
+    """#10 case 1: B's writer has `{"id": "` past our end when A's line arrives."""
+    m, f = live(LINE)
+    f.write(b'{"id": "')
+    feed(m, f, Look())  # nothing whole to ship
+    out = feed(m, f, PeerData("b", Data(len(LINE), digest_of(LINE), b'{"id": "3"}\n')))
+    assert not any(isinstance(e, Append) for e in out)
+    assert bytes(f.data) == LINE + b'{"id": "'
+    # A fork with b isolates b only: the file stays live, and b's bytes are not taken.
+    assert "b" in m.diverged and m.mode is Mode.LIVE and m.state_word() == "diverged"
+    assert not m.may_accept("b", 1.0)
+    refusals = sent(out, Kind.REFUSE)
+    assert refusals and isinstance(refusals[0].payload, Refuse)  # the peer learns of the fork
+
+
+def test_an_edit_just_below_an_end_on_a_block_boundary_is_noticed_before_shipping() -> None:
+    """#10 case 2: the re-check covers the last full block when the partial one is empty."""
+    data = (b"x" * 63 + b"\n") * (BLOCK // 64)
+    m, f = live(data)
+    f.data[-10] = ord("E")  # in place, then an append: one look sees both
+    f.write(b'{"id": "new"}\n')
+    out = feed(m, f, Look())
+    assert not sent(out, Kind.LIVE)
+    assert any(isinstance(e, Rehash) and e.purpose == "check" for e in out)
+
+
+def test_a_peers_bytes_never_go_into_another_file_than_the_one_we_describe() -> None:
+    """#10 case 3: a file renamed over our copy (same size, other inode)."""
+    m, f = live(LINE)
+    f.inode = 2
+    f.data = bytearray(b'{"id": "X"}\n')
+    out = feed(m, f, PeerData("b", Data(len(LINE), digest_of(LINE), b'{"id": "2"}\n')))
+    assert not any(isinstance(e, Append) for e in out)
+    assert m.freeze is not None and m.freeze.reason == "reset"
+
+
+def test_a_failed_look_is_shown_and_retried_until_it_works() -> None:
+    """#10 case 4: EMFILE on a look is an error in status, retried with backoff."""
+    m, f = live(LINE)
+    feed(m, f, PeerPos("b", Announce(len(LINE), digest_of(LINE))))
+    assert m.state_word() == "in_sync"
+    f.write(b'{"id": "2"}\n')
+    feed(m, None, IoFailed(Look(), "Too many open files"), now=2.0)
+    assert m.state_word() == "error" and "Too many open files" in str(m.status()["error"])
+    assert m.failing is not None
+    due = m.failing.retry_at
+    assert due > 2.0
+    out = feed(m, None, Tick(), now=due)
+    assert any(isinstance(e, LookAgain) for e in out)
+    out = feed(m, f, Look(), now=due)
+    assert sent(out, Kind.LIVE) and m.failing is None
+
+
+def test_adopt_is_done_only_on_a_position_announced_in_reply_to_our_request() -> None:
+    """#10 case 5: a retained (older) position of the winner does not finish an adoption."""
+    m, f = live(LINE)
+    winner = LINE + b'{"id": "w"}\n'
+    feed(m, f, PeerPos("b", Announce(12, digest_of(winner[:12]), "diverged")))
+    out = feed(m, f, AdoptRequested("b", "ticket"))
+    assert any(isinstance(e, Archive) for e in out)
+    f.data, f.inode = bytearray(), 3
+    out = feed(m, f, Archived("archive/1"))
+    request = sent(out, Kind.REQ)[0].payload
+    assert isinstance(request, Request) and request.force and request.ask
+    # The winner's old retained position says 12 bytes; we fetch them...
+    feed(m, f, PeerData("b", Data(0, Position.empty().digest, winner[:12])))
+    feed(m, f, Drained())
+    out = feed(m, f, PeerPos("b", Announce(12, digest_of(winner[:12]))))
+    assert not any(isinstance(e, AdoptDone) for e in out)  # ...but that is not a reply
+    feed(m, f, PeerData("b", Data(12, digest_of(winner[:12]), winner[12:])))
+    feed(m, f, Drained())
+    out = feed(m, f, PeerPos("b", Announce(len(winner), digest_of(winner), None,
+                                            request.ask)))
+    done = [e for e in out if isinstance(e, AdoptDone)]
+    assert done and done[0].result["size"] == len(winner) and m.mode is Mode.LIVE
+
+
+def test_an_adoption_asks_again_until_an_answer_describes_the_copy_it_holds() -> None:
+    """The winner's answer described another history than the bytes it served (its copy was
+    re-described meanwhile): holding as much as it announced, we ask again, not wait forever."""
+    m, f = live(LINE)
+    feed(m, f, PeerPos("b", Announce(12, digest_of(b'{"id": "w"}\n'), "diverged")))
+    feed(m, f, AdoptRequested("b", "ticket"))
+    f.data, f.inode = bytearray(), 3
+    ask = sent(feed(m, f, Archived("archive/1")), Kind.REQ)[0].payload.ask
+    feed(m, f, PeerData("b", Data(0, Position.empty().digest, LINE)))
+    feed(m, f, Drained())
+    out = feed(m, f, PeerPos("b", Announce(12, digest_of(b'{"id": "w"}\n'), None, ask)))
+    assert not [e for e in out if isinstance(e, AdoptDone)] and m.mode is Mode.ADOPTING
+    out = feed(m, f, Tick(), now=1.0 + Tuning().request_timeout)
+    [again] = sent(out, Kind.REQ)
+    assert again.payload.force and again.payload.ask == ask and again.payload.have == 12
+    out = feed(m, f, PeerPos("b", Announce(12, digest_of(LINE), None, ask)), now=5.0)
+    assert [e for e in out if isinstance(e, AdoptDone)] and m.mode is Mode.LIVE
+
+
+def test_a_second_adoption_request_answers_the_first_and_adopts_the_copy_it_names() -> None:
+    """Simulator seed 4001713: a request for another source while an adoption is under way
+    used to leave the first requester waiting forever. It is answered (superseded), the
+    copy taken so far is archived, and the new source's copy is fetched from byte 0."""
+    m, f = live(LINE, peers=("b", "c"))
+    other = b'{"id": "c"}\n'
+    feed(m, f, PeerPos("b", Announce(12, digest_of(b'{"id": "w"}\n'), "diverged")))
+    feed(m, f, PeerPos("c", Announce(len(other), digest_of(other), "diverged")))
+    feed(m, f, AdoptRequested("b", "first"))
+    f.data, f.inode = bytearray(), 3
+    feed(m, f, Archived("archive/1"))
+    feed(m, f, PeerData("b", Data(0, Position.empty().digest, b'{"id": "w"}\n')))
+    feed(m, f, Drained())
+    out = feed(m, f, AdoptRequested("c", "second"))
+    [done] = [e for e in out if isinstance(e, AdoptDone)]
+    assert done.ticket == "first" and "superseded" in done.result["error"]
+    assert "c's copy instead of b's" in done.result["error"]
+    assert any(isinstance(e, Archive) for e in out)  # the partial copy of b's is kept aside
+    f.data, f.inode = bytearray(), 4
+    out = feed(m, f, Archived("archive/2"))
+    [request] = sent(out, Kind.REQ)
+    assert request.to == "c" and request.payload.have == 0
+    feed(m, f, PeerData("c", Data(0, Position.empty().digest, other)))
+    feed(m, f, Drained())
+    out = feed(m, f, PeerPos("c", Announce(len(other), digest_of(other), None,
+                                            request.payload.ask)))
+    [done] = [e for e in out if isinstance(e, AdoptDone)]
+    assert done.ticket == "second" and done.result["size"] == len(other)
+    assert bytes(f.data) == other and m.mode is Mode.LIVE
+
+
+def test_asking_again_for_the_same_copy_takes_the_adoption_over_without_starting_over(
+) -> None:
+    """An operator re-runs `syncd adopt` after a stalled one: the first request is answered,
+    the bytes taken so far stay, and only an answer to the new request ends the adoption."""
+    m, f = live(LINE)
+    winner = b'{"id": "w"}\n' + LINE
+    feed(m, f, PeerPos("b", Announce(len(winner), digest_of(winner), "diverged")))
+    feed(m, f, AdoptRequested("b", "first"))
+    f.data, f.inode = bytearray(), 3
+    first_ask = sent(feed(m, f, Archived("archive/1")), Kind.REQ)[0].payload.ask
+    feed(m, f, PeerData("b", Data(0, Position.empty().digest, winner[:12])))
+    feed(m, f, Drained())
+    out = feed(m, f, AdoptRequested("b", "second"))
+    [done] = [e for e in out if isinstance(e, AdoptDone)]
+    assert done.ticket == "first" and "superseded" in done.result["error"]
+    assert not any(isinstance(e, Archive) for e in out) and bytes(f.data) == winner[:12]
+    assert m.adoption is not None and m.adoption.ask > first_ask
+    feed(m, f, PeerData("b", Data(12, digest_of(winner[:12]), winner[12:])))
+    feed(m, f, Drained())
+    # An answer to the first request does not end the second...
+    out = feed(m, f, PeerPos("b", Announce(len(winner), digest_of(winner), None, first_ask)))
+    assert not any(isinstance(e, AdoptDone) for e in out) and m.mode is Mode.ADOPTING
+    out = feed(m, f, PeerPos("b", Announce(len(winner), digest_of(winner), None,
+                                            m.adoption.ask)))
+    [done] = [e for e in out if isinstance(e, AdoptDone)]
+    assert done.ticket == "second" and done.result["size"] == len(winner)
+
+
+def test_a_local_writer_during_an_adoption_ends_it_with_an_error() -> None:
+    m, f = live(LINE)
+    winner = LINE + b'{"id": "w"}\n'
+    feed(m, f, PeerPos("b", Announce(len(winner), digest_of(winner), "diverged")))
+    feed(m, f, AdoptRequested("b", "ticket"))
+    f.data, f.inode = bytearray(), 3
+    feed(m, f, Archived("archive/1"))
+    feed(m, f, PeerData("b", Data(0, Position.empty().digest, LINE)))
+    feed(m, f, Drained())
+    out = feed(m, f, AppendFailed("concurrent", "size 30, expected 12"))
+    [done] = [e for e in out if isinstance(e, AdoptDone)]
+    assert "another process wrote" in done.result["error"]
+    assert m.mode is Mode.FROZEN and m.adoption is None
+
+
+@pytest.mark.parametrize("found_by", ["look", "scrub"])
+def test_an_edit_during_an_adoption_ends_it_and_no_peer_stays_in_sync_over_it(
+        found_by: str) -> None:
+    """Seed 2007537: an adopting copy served what it took (c holds it, in_sync), the source
+    never answered, and an operator edited the bytes taken so far. The adoption ends with an
+    error and the copy is judged again as a live one: c is not in_sync over bytes we lost."""
+    m, f = live(LINE, peers=("b", "c"))
+    winner = LINE + b'{"id": "w"}\n'
+    feed(m, f, PeerPos("b", Announce(len(winner), digest_of(winner), "diverged")))
+    feed(m, f, AdoptRequested("b", "ticket"))
+    f.data, f.inode = bytearray(), 3
+    feed(m, f, Archived("archive/1"))
+    feed(m, f, PeerData("b", Data(0, Position.empty().digest, LINE)))
+    feed(m, f, Drained())
+    feed(m, f, PeerPos("c", Announce(len(LINE), digest_of(LINE))))
+    assert m.mode is Mode.ADOPTING and m.peers["c"].state is PeerState.IN_SYNC
+    f.data[3] = ord("E")  # the operator's edit of a byte we took (and c holds)
+    f.mtime += 1
+    if found_by == "look":
+        out = feed(m, f, Look(), now=2.0)
+    else:
+        f.write(b'{"id": "bot"}\n')  # grown too: a look sees growth only; the scrub finds it
+        out = feed(m, f, ScrubMismatch(), now=2.0)
+    [done] = [e for e in out if isinstance(e, AdoptDone)]
+    assert "error" in done.result
+    assert m.mode is Mode.LIVE and m.adoption is None
+    assert m.position.digest != digest_of(LINE)  # the edited bytes are announced as ours
+    feed(m, f, PeerPos("c", Announce(len(LINE), digest_of(LINE))), now=3.0)
+    assert m.peers["c"].state is PeerState.DIVERGED
+
+
+def test_serving_checks_the_bytes_against_the_ledger_first() -> None:
+    m, f = live(LINE * 3)
+    f.data[3] = ord("E")  # edited in place since we recorded it (same size, new mtime)
+    f.mtime += 1
+    out = feed(m, f, PeerRequest("b", Request(0, Position.empty().digest, 0, 1 << 20)))
+    assert not sent(out, Kind.FILL)
+    assert any(isinstance(e, Rehash) for e in out)
+
+
+# --- a divergence isolates one peer (#13) ----------------------------------------------------
+
+BOGUS = Announce(5, bytes(32))  # a listed host claims a copy whose prefix is not ours
+
+
+def diverged_from_c() -> tuple[Machine, File]:
+    """a holds 2 lines, in sync with b; c announces a copy that differs inside our prefix."""
+    m, f = live(LINE + b'{"id": "2"}\n', peers=("b", "c"))
+    feed(m, f, PeerPos("b", Announce(len(f.data), digest_of(bytes(f.data)))))
+    out = feed(m, f, PeerPos("c", BOGUS))
+    assert "c" in m.diverged and m.diverged["c"].offset == 5
+    # Our announcement says we know, and says no freeze: the file is live for the others.
+    [pos] = sent(out, Kind.POS)
+    assert pos.payload == Announce(len(f.data), digest_of(bytes(f.data)), None, 0, ("c",))
+    return m, f
+
+
+def test_a_divergence_with_one_peer_leaves_the_file_live_with_the_others() -> None:
+    m, f = diverged_from_c()
+    assert m.mode is Mode.LIVE and m.frozen is None and m.state_word() == "diverged"
+    assert m.status()["peers"]["b"]["state"] == "in_sync"
+    assert m.status()["peers"]["c"]["state"] == "diverged"
+    # Local growth is shipped...
+    f.write(b'{"id": "3"}\n')
+    out = feed(m, f, Look(), now=2.0)
+    assert [e.payload.data for e in sent(out, Kind.LIVE)] == [b'{"id": "3"}\n']
+    # ...b's bytes that extend ours are appended...
+    held = bytes(f.data)
+    out = feed(m, f, PeerData("b", Data(len(held), digest_of(held), b'{"id": "4"}\n')), 3.0)
+    assert any(isinstance(e, Append) for e in out) and m.held == len(held) + 12
+    # ...and c's are not, even bytes that would extend our copy.
+    held = bytes(f.data)
+    out = feed(m, f, PeerData("c", Data(len(held), digest_of(held), b'{"id": "X"}\n')), 4.0)
+    assert not any(isinstance(e, Append) for e in out) and bytes(f.data) == held
+
+
+def test_nothing_is_fetched_from_or_served_to_a_diverged_peer() -> None:
+    m, f = diverged_from_c()
+    held = bytes(f.data)
+    # c claims more than anyone: we still do not ask it.
+    out = feed(m, f, PeerPos("c", Announce(10_000, bytes(32))), 2.0)
+    assert not [e for e in sent(out, Kind.REQ) if e.to == "c" and e.payload.length]
+    assert m.fetch is None
+    # A request from c after a prefix that is ours gets no bytes...
+    out = feed(m, f, PeerRequest("c", Request(12, digest_of(held[:12]), 12, 1 << 20)), 3.0)
+    assert not sent(out, Kind.FILL)
+    # ...one after another prefix is refused, as before...
+    out = feed(m, f, PeerRequest("c", Request(12, bytes(32), 12, 1 << 20)), 4.0)
+    assert sent(out, Kind.REFUSE) and not sent(out, Kind.FILL)
+    # ...and an operator on c adopting our copy (forced, from nothing) is served.
+    out = feed(m, f, PeerRequest("c", Request(0, Position.empty().digest, 0, 1 << 20,
+                                              force=True, ask=7)), 5.0)
+    assert b"".join(e.payload.data for e in sent(out, Kind.FILL)) == held
+    assert [e.payload.answers for e in sent(out, Kind.POS)] == [7]
+
+
+def test_a_refusal_is_said_again_until_the_peer_names_us() -> None:
+    m, f = diverged_from_c()
+    feed(m, f, PeerOnline("c", True), 1.0)
+    out = feed(m, f, Tick(), 1.0 + LOCATE_RETRY)
+    assert [e.to for e in sent(out, Kind.REFUSE)] == ["c"]
+    # c announces that it knows (it names us); it is not frozen for it.
+    feed(m, f, PeerPos("c", Announce(5, bytes(32), None, 0, ("a",))), 7.0)
+    out = feed(m, f, Tick(), 7.0 + 2 * LOCATE_RETRY)
+    assert not sent(out, Kind.REFUSE)
+    assert "c" in m.diverged
+
+
+def test_a_divergence_clears_when_the_peer_holds_our_bytes_where_we_parted() -> None:
+    m, f = diverged_from_c()
+    held = bytes(f.data)
+    # An old position of c, consistent but short of the fork at byte 5: proves nothing.
+    feed(m, f, PeerPos("c", Announce(3, digest_of(held[:3]))), 2.0)
+    assert "c" in m.diverged and m.state_word() == "diverged"
+    # While c adopts our copy it is judged on the copy it ends with.
+    feed(m, f, PeerPos("c", Announce(len(held), digest_of(held), "adopting")), 3.0)
+    assert "c" in m.diverged
+    out = feed(m, f, PeerPos("c", Announce(len(held), digest_of(held))), 4.0)
+    assert m.diverged == {} and m.state_word() == "in_sync"
+    assert [e.payload.diverged for e in sent(out, Kind.POS)] == [()]
+
+
+# --- intents: a peer's pieces of a long line across a kill -----------------------------------
+
+class Killed(Exception):
+    """kill -9 of the process: the effects not carried out yet never happen."""
+
+
+class Disk:
+    """What `state_dir` holds: the last record and chain a Persist wrote (kill -9 keeps it)."""
+
+    def __init__(self) -> None:
+        self.record: FileRecord | None = None
+        self.chain: list[bytes] = []
+        self.noted: tuple[str, int, int] | None = None  # the `.appending` note
+
+
+def shell(m: Machine, f: File, event: Event, disk: Disk,
+          die_before: type | None = None, die_at: int | None = None) -> list[object]:
+    """Like `feed`, with the shell's Rehash (never below `hold`) and Persist, and a process
+    that dies just before the first effect of type `die_before`, or in the write() of an
+    append that crosses file offset `die_at` (the kernel stops there: a page boundary)."""
+    snap = f.snapshot(m, event)
+    effects: list[object] = list(m.handle(event, snap, 1.0, 1e9 + 1.0))
+    out = list(effects)
+    for e in effects:
+        if die_before is not None and isinstance(e, die_before):
+            raise Killed
+        if isinstance(e, Persist):
+            disk.record = e.record
+            disk.chain = list(e.chain) if e.chain is not None else disk.chain
+        elif isinstance(e, NoteAppending):
+            disk.noted = e.appending
+        elif isinstance(e, Append):
+            if die_at is not None and e.offset < die_at < e.offset + len(e.data):
+                f.write(e.data[: die_at - e.offset])
+                raise Killed
+            f.write(e.data)
+            st = Stat(1, f.inode, len(f.data), f.mtime, f.mtime)
+            out += shell(m, f, Appended(e.peer, e.data, st), disk, die_before, die_at)
+        elif isinstance(e, Sync):
+            out += shell(m, f, Synced(), disk, die_before, die_at)
+        elif isinstance(e, Redeliver):
+            out += shell(m, f, e.event, disk, die_before, die_at)
+        elif isinstance(e, Rehash):
+            end = max(f.data.rfind(b"\n") + 1, min(e.hold, len(f.data)))
+            ledger = Ledger()
+            ledger.extend(bytes(f.data[:end]))
+            out += shell(m, f, Rehashed(e.purpose, ledger, e.why), disk, die_before, die_at)
+    return out
+
+
+def restart(f: File, disk: Disk) -> Machine:
+    m = Machine("a", "k", "events.jsonl", "symmetric", Tuning(), online={"b": True})
+    assert disk.record is not None
+    shell(m, f, Loaded(dataclasses.replace(disk.record, appending=disk.noted),
+                       list(disk.chain)), disk)
+    return m
+
+
+LONG = b'{"id": "2", "p": "' + b"x" * 300 + b'"}\n'  # longer than a piece: it travels in three
+
+
+def piece(at: int, f: File | bytes, data: bytes) -> PeerData:
+    held = bytes(f.data if isinstance(f, File) else f)[:at]
+    return PeerData("b", Data(at, digest_of(held), data))
+
+
+def test_a_peers_piece_survives_a_kill_between_the_next_pieces_intent_and_its_append() -> None:
+    """Chaos: b killed while pieces of a's long line arrived back to back (no sync between
+    them); at start its last piece was taken for a local torn line, a false divergence."""
+    m, f = live(LINE)
+    disk = Disk()
+    s, p1, p2, p3 = len(LINE), LONG[:100], LONG[100:200], LONG[200:]
+    shell(m, f, piece(s, f, p1), disk)
+    with pytest.raises(Killed):  # the next frame of the burst: dies before its append
+        shell(m, f, piece(s + 100, f, p2), disk, die_before=Append)
+    assert bytes(f.data) == LINE + p1
+    m = restart(f, disk)
+    assert m.mode is Mode.LIVE and m.held == s + 100  # b's piece, not a local torn line
+    shell(m, f, piece(s + 100, f, p2), disk)
+    shell(m, f, piece(s + 200, f, p3), disk)
+    assert bytes(f.data) == LINE + LONG and not m.diverged and m.held == len(f.data)
+
+
+def test_a_peers_piece_after_its_unsynced_whole_lines_survives_a_kill() -> None:
+    """A whole line, then a piece of a long line, appended back to back and killed before
+    any sync: the intent must be about bytes past the size recorded with it."""
+    m, f = live(LINE)
+    disk = Disk()
+    s, p1, p2 = len(LINE), LONG[:100], LONG[100:]
+    shell(m, f, piece(s, f, LINE), disk)
+    shell(m, f, piece(2 * s, f, p1), disk)  # appended; killed before anything else
+    assert bytes(f.data) == LINE + LINE + p1
+    m = restart(f, disk)
+    assert m.mode is Mode.LIVE and m.held == 2 * s + 100
+    shell(m, f, piece(2 * s + 100, f, p2), disk)
+    assert bytes(f.data) == 2 * LINE + LONG and not m.diverged
+
+
+# Whole lines, ~19 KB: their append crosses page boundaries, and one falls mid-line.
+LINES = b"".join(b'{"id": "%d", "p": "%s"}\n' % (i, b"x" * (i % 50)) for i in range(300))
+
+
+@pytest.mark.parametrize("whole", [True, False], ids=["whole-lines", "piece-of-a-line"])
+def test_an_append_cut_short_by_a_kill_is_the_peers_bytes_not_a_torn_line(whole: bool) -> None:
+    """Chaos (CI): c killed in the write() of a catch-up piece; the kernel stopped it on a
+    page boundary, mid-line. At start the line's beginning past c's end was taken for a local
+    writer's torn line, and c froze as diverged from every peer (a false divergence). The
+    record says which range was being appended; bytes there that are exactly the peer's
+    bytes for that offset are kept, and the rest of the piece is appended."""
+    m, f = live(LINE)
+    disk = Disk()
+    disk.record, disk.chain = m._record_now(), list(m.ledger.chain if m.ledger else [])
+    theirs = LINE + (LINES if whole else LINES[:-5])
+    s = len(LINE)
+    assert theirs[: 3 * PAGE].endswith(b"\n") is False
+    with pytest.raises(Killed):
+        shell(m, f, piece(s, theirs, theirs[s:]), disk, die_at=3 * PAGE)
+    assert len(f.data) == 3 * PAGE
+    m = restart(f, disk)
+    assert m.mode is Mode.LIVE and m.held < 3 * PAGE  # whole lines: the rest is past the end
+    out = shell(m, f, piece(m.held, theirs, theirs[m.held:]), disk)
+    assert not m.diverged and bytes(f.data) == theirs and m.held == len(theirs)
+    assert any(isinstance(e, Log) and "cut short" in e.message for e in out)
+
+
+def test_a_first_catch_up_cut_short_before_any_record_keeps_the_peers_bytes() -> None:
+    """A new standby killed inside its first appends, before it ever recorded a position:
+    the note alone says which range was being appended."""
+    m = Machine("a", "k", "events.jsonl", "symmetric", Tuning(), online={"b": True})
+    f = File()
+    feed(m, f, Loaded(None, []))
+    disk = Disk()
+    with pytest.raises(Killed):
+        shell(m, f, piece(0, LINES, LINES), disk, die_at=2 * PAGE)
+    assert disk.record is None and disk.noted == ("b", 0, len(LINES))
+    m = Machine("a", "k", "events.jsonl", "symmetric", Tuning(), online={"b": True})
+    out = shell(m, f, Loaded(None, [], appending=disk.noted), disk)
+    assert any(isinstance(e, NoteAppending) and e.durable for e in out)
+    shell(m, f, piece(m.held, LINES, LINES[m.held:]), disk)
+    assert not m.diverged and bytes(f.data) == LINES and m.held == len(LINES)
+
+
+def test_a_local_torn_line_that_reads_like_the_peers_bytes_is_still_refused() -> None:
+    """Bytes past our end on a page boundary that equal the peer's, but outside any append of
+    ours: a local writer's (split brain). Never taken for ours."""
+    m, f = live(LINE)
+    disk = Disk()
+    theirs = LINE + LINES
+    f.write(theirs[len(LINE): 3 * PAGE])  # the local bot, cut short: its line the peer's too
+    m = restart_from(m, f, disk)
+    out = shell(m, f, piece(m.held, theirs, theirs[m.held:]), disk)
+    assert m.diverged and bytes(f.data) == theirs[: 3 * PAGE]
+    assert not any(isinstance(e, Append) for e in out)
+
+
+def restart_from(m: Machine, f: File, disk: Disk) -> Machine:
+    """Record `m` as it is (a graceful stop), then start again on the file as it is now."""
+    disk.record, disk.chain = m._record_now(), list(m.ledger.chain if m.ledger else [])
+    return restart(f, disk)
+
+
+def test_a_piece_waits_for_a_durable_base_and_is_dropped_while_syncs_fail() -> None:
+    m, f = live(LINE)
+    disk = Disk()
+    shell(m, f, piece(len(LINE), f, LINE), disk)  # a whole line, not synced yet
+    event = piece(2 * len(LINE), f, LONG[:100])
+    out = m.handle(event, f.snapshot(m, event), 1.0, 1e9)
+    assert [type(e) for e in out] == [Sync, Redeliver]  # no intent on an unrecorded base
+    m.handle(SyncFailed("Input/output error"), Snapshot(), 1.0, 1e9)
+    out = m.handle(event, f.snapshot(m, event), 1.0, 1e9)
+    assert [type(e) for e in out] == [Sync]  # tried again, the piece dropped: no loop
+    assert m.intent is None and bytes(f.data) == 2 * LINE
+
+
+def test_transitions_outside_the_table_are_refused() -> None:
+    m, _ = live()
+    with pytest.raises(AssertionError, match="no transition live -> loading"):
+        m._enter(Mode.LOADING)
+
+
+def test_every_expected_error_has_one_root() -> None:
+    from syncd.config import ConfigError
+    from syncd.core.errors import ConcurrentWrite, FileReplaced, FileShrank, SyncdError
+    from syncd.core.frames import FrameError
+    from syncd.core.identity import IdentityError
+    from syncd.daemon.node import StartupError
+    from syncd.ops.brokercheck import BrokerProblem
+    from syncd.ops.control import ControlError
+
+    for error in (BrokerProblem, ConfigError, ControlError, ConcurrentWrite, FileReplaced,
+                  FileShrank, FrameError, StartupError, IdentityError):
+        assert issubclass(error, SyncdError), error
