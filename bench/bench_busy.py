@@ -22,6 +22,8 @@ import argparse
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -46,9 +48,13 @@ TARGET_P99_MS = {300: 50.0, 1000: 100.0}
 
 
 def busy(keys: int, root: Path, seconds: float = 10, grace: float = 30, kib: int = 4,
-         profile_dir: Path | None = None, config: str = "") -> dict[str, Any]:
+         profile_dir: Path | None = None, config: str = "",
+         during: Callable[[], AbstractContextManager[object]] = nullcontext,
+         gil: bool = True, name: str = "busy") -> dict[str, Any]:
     """One row of the curve: `keys` keys x 1 write/s for `seconds` s; `config`: top-level
-    config lines for both daemons (`batch_window = 0`)."""
+    config lines for both daemons (`batch_window = 0`); `during`: what else runs while the
+    keys are written (a disk hog, status clients: bench_othersync.py, bench_status.py);
+    `gil`: profile only the thread holding the GIL (False: every thread, blocked ones too)."""
     root.mkdir(parents=True, exist_ok=True)
     broker = Broker(root / "broker", max_queued_messages=1000)
     broker.start()
@@ -70,26 +76,27 @@ def busy(keys: int, root: Path, seconds: float = 10, grace: float = 30, kib: int
         rounds = max(1, round(seconds))
         plan = [(key_name(i), a.path(key_name(i)), ishiki_lines(1 + (i + j) % 3))
                 for j in range(rounds) for i in range(keys)]
-        spies = [PySpy(p, seconds, profile_dir / f"busy-{keys}-{n}.txt", gil=True, rate=250)
-                 for n, p in pids.items()] if profile_dir else []
-        meter = CpuMeter(pids)
-        others = BackgroundMeter()
-        others.start()
-        meter.start()
-        writes, achieved = paced_appends(plan, keys)  # keys writes/s: each key once a second
-        final = {w.key: w.end for w in writes}
+        with during():
+            spies = [PySpy(p, seconds, profile_dir / f"{name}-{keys}-{n}.txt", gil=gil,
+                           rate=250) for n, p in pids.items()] if profile_dir else []
+            meter = CpuMeter(pids)
+            others = BackgroundMeter()
+            others.start()
+            meter.start()
+            writes, achieved = paced_appends(plan, keys)  # keys writes/s: each once a second
+            final = {w.key: w.end for w in writes}
 
-        def b_done() -> bool:
-            got = read_trace(trace)
-            return all(got.get(k) and got[k][-1][0] >= end for k, end in final.items())
+            def b_done() -> bool:
+                got = read_trace(trace)
+                return all(got.get(k) and got[k][-1][0] >= end for k, end in final.items())
 
-        t_end = time.monotonic()
-        r["drained"] = wait_bounded(b_done, grace, interval=0.25)
-        r["drain_s"] = time.monotonic() - t_end
-        r["cpu"] = meter.stop()
-        r["others_cpu"] = others.stop()
-        for spy in spies:
-            spy.wait()
+            t_end = time.monotonic()
+            r["drained"] = wait_bounded(b_done, grace, interval=0.25)
+            r["drain_s"] = time.monotonic() - t_end
+            r["cpu"] = meter.stop()
+            r["others_cpu"] = others.stop()
+            for spy in spies:
+                spy.wait()
         r["writes"] = len(writes)
         r["achieved"] = achieved
         r["cpu_per_write_us"] = {n: 1e6 * s / len(writes) for n, s in meter.seconds.items()}

@@ -14,8 +14,15 @@ Rules, pure bookkeeping without I/O:
 - presence is bound to the live connection: any frame from a newer (epoch, conn) than the
   last presence proves that connection is up, so the sender counts as online even if the
   presence we were handed is an old "offline" (a replay, or a lagging broker).
-- positions (retained, one topic per file): accepted if not older, by (epoch, seq), than the
-  last one accepted on that topic (a re-delivered retained position is equal).
+- positions (retained, one topic per file): accepted if they come from the sender's newest
+  run heard of (an authentic old position re-published as retained by someone holding that
+  host's broker login says nothing about its copy now), and if not older, by (epoch, seq),
+  than the last one accepted on that topic (a re-delivered retained position is equal).
+  The newest runs outlive a restart of this host (`epochs()`, kept in state_dir by the
+  node): a host that restarts is handed only what the broker retains, which such a login
+  may have replaced, presence included. The price: a position a sender announced in an
+  earlier run, for a file its newest run has not announced yet (its start-up check of that
+  file still running), is not heard until it is.
 - batches: from the sender's newest run only, each topic's sequence numbers increasing. A
   batch the broker delivers out of order is dropped like a lost one, which anti-entropy
   repairs.
@@ -23,6 +30,7 @@ Rules, pure bookkeeping without I/O:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from syncd.core.frames import Channel, Frame, Kind, Presence
@@ -35,8 +43,9 @@ class Verdict:
 
 
 class ReplayGuard:
-    def __init__(self) -> None:
-        self._epoch: dict[str, int] = {}  # node -> newest run seen
+    def __init__(self, epochs: Mapping[str, int] | None = None) -> None:
+        """`epochs`: each sender's newest run as heard before this host restarted."""
+        self._epoch: dict[str, int] = dict(epochs or {})  # node -> newest run seen
         self._presence: dict[str, tuple[int, int, bool]] = {}  # node -> (epoch, conn, online)
         # (node, batch topic) -> last accepted seq in the node's newest run
         self._seq: dict[tuple[str, str], int] = {}
@@ -53,6 +62,12 @@ class ReplayGuard:
         if channel is Channel.PRESENCE:
             return self._presence_frame(frame)
         if channel is Channel.POSITION:
+            newest = self._epoch.get(sender, -1)
+            if frame.epoch < newest:
+                return Verdict(f"position from an earlier run of {sender} (epoch "
+                               f"{frame.epoch} < {newest}; replayed?)")
+            if frame.epoch > newest:
+                self._new_run(sender, frame.epoch)
             last = self._positions.get(topic)
             if last is not None and (frame.epoch, frame.seq) < last:
                 return Verdict("position older than one already seen (replayed?)")
@@ -68,6 +83,10 @@ class ReplayGuard:
             return Verdict("sequence number already seen (replayed or reordered)")
         self._seq[(sender, topic)] = frame.seq
         return Verdict(online=self._proves_online(frame))
+
+    def epochs(self) -> dict[str, int]:
+        """Each sender's newest run heard of (to be kept across a restart of this host)."""
+        return dict(self._epoch)
 
     def newest_position(self, sender: str, key: str, file: str, epoch: int, seq: int) -> bool:
         """A position travels twice (batched at once, retained later and paced): whether this

@@ -51,6 +51,7 @@ from syncd.disk.discovery import Scanner, Skipped, linked_component, root_proble
 from syncd.disk.epoch import next_epoch
 from syncd.disk.groupsync import GroupSync
 from syncd.disk.keyfile import load_identity
+from syncd.disk.peerepochs import PeerEpochs
 from syncd.disk.persist import RecordStore
 from syncd.disk.watcher import Watcher
 from syncd.net.link import Link
@@ -137,7 +138,9 @@ class Node:
         self.identity: Identity | None = None  # read in check_dirs(), before anything is sent
         self.epoch = 0  # this run's number, counted up in check_dirs()
         self._seq = itertools.count()
-        self._guard = ReplayGuard()
+        self._guard = ReplayGuard()  # again in check_dirs(), with the runs kept in state_dir
+        self._peer_epochs = PeerEpochs(config.state_dir)
+        self._epochs_unsaved = False
         self.link = Link(config, self._on_message, self._on_connected, self.seal_presence,
                          self._subscriptions)
         self._outbox = Outbox(self._publish_batch, config.chunk_bytes)
@@ -259,6 +262,7 @@ class Node:
             self.epoch = next_epoch(sd)
         except (OSError, ValueError) as e:
             raise StartupError(f"cannot count up this run's epoch in {sd}: {e}") from None
+        self._guard = ReplayGuard(self._peer_epochs.load())
 
     async def run(self, ready: Callable[[], None] | None = None) -> None:
         """Run until `stop()`; `ready` is called once replicas are loaded and the link is up."""
@@ -307,6 +311,7 @@ class Node:
             for r in self.replicas.values():
                 await r.stop()
             await self.resources.stop()
+            self._keep_peer_epochs()
             self.records.flush()  # what the worker had not written yet (files not stopped)
             await self.syncer.close()
             with contextlib.suppress(FileNotFoundError):
@@ -566,6 +571,19 @@ class Node:
                 cursor = 0
                 rounds += 1
             self.resources.sweep()
+            self._keep_peer_epochs()
+
+    def _keep_peer_epochs(self) -> None:
+        """Keep the peers' newest runs in state_dir (written only when one changed)."""
+        try:
+            self._peer_epochs.save(self._guard.epochs())
+        except OSError as e:
+            if not self._epochs_unsaved:  # once until it works again, not every second
+                log.warning("cannot keep the peers' runs in %s: %s", self.state_dir,
+                            e.strerror or e)
+            self._epochs_unsaved = True
+        else:
+            self._epochs_unsaved = False
 
     # --- the link ---------------------------------------------------------------------------
 

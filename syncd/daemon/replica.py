@@ -74,7 +74,7 @@ from syncd.core.readiness import MISSING_SHOWN, Facts, PeerFacts, decide
 from syncd.core.records import Stat
 from syncd.daemon import logs
 from syncd.daemon.logfollow import IncrementalVerifier
-from syncd.disk import groupsync, store
+from syncd.disk import store
 from syncd.disk.archive import archive_copy
 from syncd.disk.groupsync import GroupSync
 from syncd.disk.persist import RecordStore
@@ -84,7 +84,7 @@ log = logging.getLogger("syncd.replica")
 # Events without fields, made once (frozen: one value each).
 LOOK, DRAINED, SYNCED, TICK = Look(), Drained(), Synced(), Tick()
 
-INLINE_SYNC_BYTES = 64 * 1024  # below this, a lone busy file syncs on the loop
+INLINE_SYNC_BYTES = 64 * 1024  # below this, a lone busy file's sync may be waited for
 
 
 class Host(Protocol):
@@ -143,6 +143,9 @@ class Replica:
         self._log_open = True  # the log check may be behind or unsaved (see sweep)
         self._unsendable = False  # logged that the link refused this file's topic
         self._shipped = 0  # bytes of live frames sent since the last sync (see _sync)
+        # Directories that got an entry from us (the file, its folders) since the last sync:
+        # made durable with the file's next sync (groupsync.py).
+        self._new_entries: set[Path] = set()
 
     @property
     def ledger(self) -> Ledger | None:
@@ -396,8 +399,10 @@ class Replica:
     # --- effects with results -----------------------------------------------------------------
 
     def _append(self, e: Append) -> Event:
-        if e.inode is None:
+        if e.inode is None:  # the file is created here: its entry, and any folder made for it
+            missing = [d for d in self.path.parents if not d.exists()]
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._new_entries.update({self.path.parent, *(d.parent for d in missing)})
         try:
             st = store.append_at(self.path, e.offset, e.data, e.inode)
         except FileReplaced as err:
@@ -411,25 +416,26 @@ class Replica:
         return Appended(e.peer, e.data, st)
 
     async def _sync(self, local: bool) -> Event:
-        """fdatasync: inline when this is the only busy file, the batch is small and the disk
-        is fast (a thread hop costs more CPU than such a sync), else grouped in a worker
-        thread, so that many busy files sync together.
+        """fdatasync this file (and fsync the directories it or its folders were created in)
+        on the sync thread, together with the other files waiting (groupsync.py). A lone
+        small sync is waited for on the loop for a moment only (groupsync.INLINE_WAIT).
 
-        Before an inline sync, the frames queued so far are sent (the link writes them to the
+        Before such a sync, the frames queued so far are sent (the link writes them to the
         socket at once): the peers need not wait for our disk."""
         # Local bytes: only a batch just shipped is known to be small (a sync after a rehash
         # may flush a whole file the writer wrote while we were away).
         small = (0 < self._shipped <= INLINE_SYNC_BYTES if local
                  else self.machine.unsynced <= INLINE_SYNC_BYTES)
         self._shipped = 0
+        inline = small and self.host.busy <= 1
+        if inline:
+            self.host.flush()
+        dirs = tuple(self._new_entries)
         try:
-            if small and self.host.busy <= 1 and groupsync.disk_is_fast():
-                self.host.flush()
-                groupsync.timed_sync(self.path)
-            else:
-                await self.host.syncer.sync(self.path)
+            await self.host.syncer.sync(self.path, dirs, inline=inline)
         except OSError as err:
             return SyncFailed(err.strerror or str(err))
+        self._new_entries.difference_update(dirs)
         return SYNCED
 
     async def _rehash(self, e: Rehash) -> None:

@@ -1,9 +1,13 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
-from syncd.disk.groupsync import GroupSync, sync_many
+import pytest
+
+from syncd.disk import groupsync, store
+from syncd.disk.groupsync import INLINE_WAIT, GroupSync, sync_files
 
 
 def test_many_waiting_files_are_made_durable_together(tmp_path: Path) -> None:
@@ -12,24 +16,81 @@ def test_many_waiting_files_are_made_durable_together(tmp_path: Path) -> None:
         p = tmp_path / f"f{i}"
         p.write_bytes(b"x\n")
         paths.append(p)
-    sync_many(paths)  # one syncfs for the filesystem, no error
+    assert sync_files(paths, [tmp_path]) == {}
 
     async def main() -> None:
         g = GroupSync()
-        await asyncio.gather(*(g.sync(p) for p in paths))
+        await asyncio.gather(*(g.sync(p, [tmp_path]) for p in paths),
+                             g.sync(paths[0], inline=True))
         await g.close()
 
     asyncio.run(main())
 
 
 def test_a_failure_reaches_every_waiter(tmp_path: Path) -> None:
+    blocked = tmp_path / "not-a-dir"
+    blocked.write_bytes(b"")
+
     async def main() -> list[object]:
         g = GroupSync()
         results = await asyncio.gather(g.sync(tmp_path / "missing-a"),
-                                       g.sync(tmp_path / "missing-b"), return_exceptions=True)
+                                       g.sync(tmp_path / "b", [blocked / "x"]),
+                                       return_exceptions=True)
         await g.close()
         return results
 
-    # Missing files are skipped by syncfs grouping, or fail alone with fdatasync: no hang.
+    # A missing file is no error (nothing of ours to make durable); a directory that cannot
+    # be synced fails the file that needed it, and only that one.
     results = asyncio.run(main())
-    assert len(results) == 2
+    assert results[0] is None
+    assert isinstance(results[1], OSError)
+
+
+def test_only_the_files_and_directories_syncd_wrote_are_synced(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: list[tuple[str, Path]] = []
+    monkeypatch.setattr(store, "sync", lambda p: synced.append(("file", p)))
+    monkeypatch.setattr(store, "sync_dir", lambda p: synced.append(("dir", p)))
+    a, b = tmp_path / "k1" / "events.jsonl", tmp_path / "k2" / "events.jsonl"
+
+    async def main() -> None:
+        g = GroupSync()
+        await asyncio.gather(g.sync(a, [a.parent, tmp_path]), g.sync(b), g.sync(a))
+        await g.close()
+
+    asyncio.run(main())
+    # (a is synced twice: asked for again while its first batch was in the worker.)
+    assert set(synced) == {("file", a), ("file", b), ("dir", a.parent), ("dir", tmp_path)}
+
+
+def test_a_slow_disk_never_holds_the_loop_past_a_small_bound(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A file sync that takes 0.4 s (another process filling the disk): the loop waits for a
+    # lone small sync at most INLINE_WAIT, then goes on; the sync still completes.
+    monkeypatch.setattr(store, "sync", lambda p: time.sleep(0.4))
+    monkeypatch.setattr(groupsync, "_sync_ns", 0)  # the disk looked fast until now
+    path = tmp_path / "f"
+    path.write_bytes(b"x\n")
+
+    async def main() -> float:
+        g = GroupSync()
+        gaps: list[float] = []
+
+        async def tick() -> None:
+            last = time.monotonic()
+            while True:
+                await asyncio.sleep(0.01)
+                now = time.monotonic()
+                gaps.append(now - last)
+                last = now
+
+        ticker = asyncio.create_task(tick())
+        await asyncio.sleep(0.05)
+        await g.sync(path, inline=True)
+        ticker.cancel()
+        await g.close()
+        return max(gaps)
+
+    # Generous for a loaded machine: the old inline fdatasync held the loop for the whole 0.4 s.
+    assert asyncio.run(main()) < 0.2
+    assert INLINE_WAIT <= 0.01
