@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import ctypes.util
 import logging
+import os
 import queue
 import threading
 import time
@@ -28,6 +31,12 @@ from pathlib import Path
 from syncd.disk import store
 
 log = logging.getLogger("syncd.groupsync")
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+_sync_file_range = getattr(_libc, "sync_file_range", None)
+if _sync_file_range is not None:
+    _sync_file_range.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+SYNC_FILE_RANGE_WRITE = 2  # start writing the dirty pages out; do not wait
 
 SLOW_SYNC = 0.5  # seconds: a batch this slow is worth a warning
 INLINE_WAIT = 0.002  # seconds the loop may wait for a lone small sync before going on
@@ -46,10 +55,28 @@ def sync_dir(path: Path) -> None:
         store.sync_dir(path)
 
 
-def sync_files(paths: Iterable[Path], dirs: Iterable[Path] = ()) -> dict[Path, OSError]:
+def start_writeback(paths: list[Path]) -> None:
+    """Start writing out each file's dirty pages, without waiting (Linux): the blocks of
+    every file of a batch are then allocated in the same journal transaction, and the first
+    fdatasync's commit makes the others durable too, instead of one commit per file (which
+    under another writer's load costs up to a second each)."""
+    if _sync_file_range is None:
+        return
+    for path in paths:
+        with contextlib.suppress(OSError):
+            fd = store.open_file(path)
+            try:
+                _sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE)
+            finally:
+                os.close(fd)
+
+
+def sync_files(paths: list[Path], dirs: Iterable[Path] = ()) -> dict[Path, OSError]:
     """fdatasync each file, then fsync each directory; the errors, by path."""
     global _sync_ns
     errors: dict[Path, OSError] = {}
+    if len(paths) > 1:
+        start_writeback(paths)
     for path in paths:
         started = time.monotonic_ns()
         try:

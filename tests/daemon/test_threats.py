@@ -179,3 +179,59 @@ def test_a_compromised_hosts_bogus_position_isolates_only_that_host(
                    and f["state"] == "diverged" and f["size"] == len(content(a.path(KEY))),
                    10, f"{d.node} in sync with {other}, diverged from c")
         assert "DIVERGED from c" in d.read_log()
+
+
+def captured_body(topic: str, payload: bytes, sender: str) -> frames.Payload:
+    """What a captured, authentic frame says (its first item)."""
+    frame = frames.decode(frames.parse_topic(P, topic), payload, sender, 1 << 20,
+                          node_identity(sender).key.public_key(), topic)
+    return frame.items[0].payload
+
+
+def announced_size(topic: str, payload: bytes, sender: str) -> int:
+    body = captured_body(topic, payload, sender)
+    assert isinstance(body, Announce)
+    return body.size
+
+
+def test_an_old_retained_position_replayed_with_the_hosts_login_is_refused_after_a_restart(
+    broker: Broker, make_daemon: Callable[..., Daemon]
+) -> None:
+    """Issue #23, case 11: someone holding a's broker login (no key) re-publishes, as retained,
+    a's authentic position and presence of an earlier run, after a's newer run was heard. b,
+    restarted, is handed only those: it refuses both (it kept a's newest run in state_dir)."""
+    attacker = Attacker(broker)
+    try:
+        a, b = make_daemon("a", broker), make_daemon("b", broker)
+        append(a.path(KEY), ishiki_lines(5))
+        wait_equal(content(a.path(KEY)), b)
+        old_size = len(content(a.path(KEY)))
+        position = frames.position_topic(P, "a", KEY, FILE)
+        presence = frames.presence_topic(P, "a")
+        wait_until(lambda: any(t == position and announced_size(t, p, "a") == old_size
+                               for t, p in attacker.captured("p")), 10,
+                   "the attacker to record a's position")
+        old_position = next(p for t, p in attacker.captured("p")
+                            if t == position and announced_size(t, p, "a") == old_size)
+        old_online = next(p for t, p in attacker.captured("n") if t == presence
+                          and captured_body(t, p, "a") == frames.Presence(True))
+        a.stop()
+        a.start()  # a's next run
+        append(a.path(KEY), ishiki_lines(5))
+        wait_equal(content(a.path(KEY)), b)
+        wait_until(lambda: b.file_status(KEY)["peers"]["a"]["size"] == len(content(a.path(KEY))),
+                   10, "b to hear a's new run's position")
+        a.stop()
+        wait_until(lambda: not b.status()["peers"]["a"]["online"], 10, "b to see a offline")
+        b.stop()
+        publish(broker, position, old_position, retain=True)  # replayed, retained
+        publish(broker, presence, old_online, retain=True)
+        b.start()
+        wait_until(lambda: "position from an earlier run of a" in b.read_log(), 10,
+                   "the restarted b to refuse the old position")
+        f = b.file_status(KEY)
+        assert f["peers"].get("a", {}).get("size") != old_size
+        assert b.status()["peers"].get("a", {}).get("online") is not True
+        assert (b.state / "peer-epochs.json").exists()
+    finally:
+        attacker.close()
