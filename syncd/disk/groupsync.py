@@ -1,27 +1,28 @@
-"""Group commit: the files (and new directories) syncd wrote, made durable on one thread.
+"""Group commit: the files (and new directories) syncd wrote, made durable on sync threads.
 
-Every sync runs on one worker thread of ours: each file syncd appended to gets its own
-fdatasync, each directory it created an entry in its own fsync, nothing else. Files that wait
-at the same moment go in one batch, one after the other: the first fdatasync's journal commit
-usually carries the others' too, so the rest return at once. Never syncfs(): it waits for
-every dirty page of the filesystem, whoever wrote it, so that any process writing a lot (a
-`dd`, a backup) made every replication wait for its data (issue #23: p50 9.7 ms -> 2.7 s).
+Each file syncd appended to gets its own fdatasync, each directory it created an entry in its
+own fsync, nothing else. Never syncfs(): it waits for every dirty page of the filesystem,
+whoever wrote it, so that any process writing a lot (a `dd`, a backup) made every replication
+wait for that process's data (issue #23: p50 9.7 ms -> 2.7 s).
 
-The event loop never waits for a disk past a small bound: a lone small sync is handed to the
+The syncs run on a few threads of ours (WORKERS). An idle one takes every file waiting at
+that moment (up to GROUP files) and syncs them one after another: the first fdatasync's
+journal commit usually carries the others, and the group's result comes back to the loop in
+one callback. Several threads, because under another writer's load one fdatasync now and then
+waits a second or more for the journal: with one thread, every file behind it waited too
+(measured: p50 260-355 ms at 100 writes/s under a dd loop, against ~5 ms with several).
+
+The event loop never waits for a disk past a small bound: a lone small sync is handed to a
 thread and waited for at most INLINE_WAIT (a thread hop back through the loop costs more CPU
-than most such syncs take); past that, the loop goes on and the sync's result comes back
-through it. The wait is not even tried while recent syncs were slow.
+than most such syncs take); past that, the loop goes on and the result comes back through it.
+The wait is not even tried while recent syncs were slow.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import ctypes.util
 import logging
-import os
-import queue
 import threading
 import time
 from collections.abc import Iterable
@@ -32,17 +33,13 @@ from syncd.disk import store
 
 log = logging.getLogger("syncd.groupsync")
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-_sync_file_range = getattr(_libc, "sync_file_range", None)
-if _sync_file_range is not None:
-    _sync_file_range.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-SYNC_FILE_RANGE_WRITE = 2  # start writing the dirty pages out; do not wait
-
-SLOW_SYNC = 0.5  # seconds: a batch this slow is worth a warning
+SLOW_SYNC = 0.5  # seconds: a group this slow is worth a warning
 INLINE_WAIT = 0.002  # seconds the loop may wait for a lone small sync before going on
+WORKERS = 8  # sync threads at most (started as needed)
+GROUP = 64  # files one thread takes at once at most
 # The loop waits at all only while the average file sync is below this (fast disk).
 INLINE_SYNC_NS = 1_000_000
-_sync_ns = 0  # moving average (weight 1/8) of one file's fdatasync, measured by the worker
+_sync_ns = 0  # moving average (weight 1/8) of one file's fdatasync, measured by the workers
 
 
 def disk_is_fast() -> bool:
@@ -55,28 +52,10 @@ def sync_dir(path: Path) -> None:
         store.sync_dir(path)
 
 
-def start_writeback(paths: list[Path]) -> None:
-    """Start writing out each file's dirty pages, without waiting (Linux): the blocks of
-    every file of a batch are then allocated in the same journal transaction, and the first
-    fdatasync's commit makes the others durable too, instead of one commit per file (which
-    under another writer's load costs up to a second each)."""
-    if _sync_file_range is None:
-        return
-    for path in paths:
-        with contextlib.suppress(OSError):
-            fd = store.open_file(path)
-            try:
-                _sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE)
-            finally:
-                os.close(fd)
-
-
-def sync_files(paths: list[Path], dirs: Iterable[Path] = ()) -> dict[Path, OSError]:
+def sync_files(paths: Iterable[Path], dirs: Iterable[Path] = ()) -> dict[Path, OSError]:
     """fdatasync each file, then fsync each directory; the errors, by path."""
     global _sync_ns
     errors: dict[Path, OSError] = {}
-    if len(paths) > 1:
-        start_writeback(paths)
     for path in paths:
         started = time.monotonic_ns()
         try:
@@ -93,103 +72,119 @@ def sync_files(paths: list[Path], dirs: Iterable[Path] = ()) -> dict[Path, OSErr
 
 
 @dataclass
-class Batch:
+class Job:
+    """One file to make durable, and the directories that must be durable with it."""
+
     loop: asyncio.AbstractEventLoop
-    # file -> (futures waiting for it, directories that must be durable with it)
-    files: dict[Path, tuple[list[asyncio.Future[None]], set[Path]]]
+    path: Path
+    dirs: set[Path]
+    futures: list[asyncio.Future[None]] = field(default_factory=list)
     done: threading.Event = field(default_factory=threading.Event)
-    errors: dict[Path, OSError] = field(default_factory=dict)  # set by the worker
+    error: OSError | None = None  # set by the worker
     handled: bool = False  # its futures are resolved (on the loop)
 
 
 class GroupSync:
-    """Syncs run in one worker thread of ours; those asked for while one runs go together
-    next. (A plain executor hop per sync cost a Future chain, a context copy and a pool
-    lookup each: ~8 % of a standby's CPU at 500 writes/s.)"""
+    """Sync threads of ours, fed by the event loop. (A plain executor hop per sync cost a
+    Future chain, a context copy and a pool lookup each: ~8 % of a standby's CPU at 500
+    writes/s; here a group of files costs one callback.)"""
 
     def __init__(self) -> None:
-        self._waiting: dict[Path, tuple[list[asyncio.Future[None]], set[Path]]] = {}
-        self._running = False  # a batch is in the worker
-        self._requests: queue.SimpleQueue[Batch | None] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
+        self._cond = threading.Condition()
+        self._queued: dict[Path, Job] = {}  # waiting for a thread, in order (under _cond)
+        self._threads: list[threading.Thread] = []
+        self._idle = 0  # threads waiting for work (under _cond)
+        self._closing = False
         self._slow_logged = -60.0
 
     async def sync(self, path: Path, dirs: Iterable[Path] = (), inline: bool = False) -> None:
         """Make `path` durable, and `dirs` (where syncd created `path` or its folders).
 
-        `inline`: a lone small sync; when the worker is idle and the disk fast, the loop waits
+        `inline`: a lone small sync; when a thread is idle and the disk fast, the loop waits
         for it up to INLINE_WAIT, and only then goes on (the result comes back through it)."""
         loop = asyncio.get_running_loop()
-        if inline and not self._running and not self._waiting and disk_is_fast():
-            b = self._submit(loop, {path: ([], set(dirs))})
-            if b.done.wait(INLINE_WAIT):
-                self._finished(b)
-                error = b.errors.get(path) or next(iter(b.errors.values()), None)
-                if error is not None:
-                    raise error
+        done: asyncio.Future[None] = loop.create_future()
+        with self._cond:
+            brief = inline and self._idle > 0 and not self._queued and disk_is_fast()
+            job = self._queued.get(path)  # not started yet: it covers our bytes too
+            if job is None:
+                job = self._queued[path] = Job(loop, path, set(dirs))
+                if self._idle:
+                    self._cond.notify()
+                elif len(self._threads) < WORKERS:
+                    self._start_thread()
+            else:
+                job.dirs.update(dirs)
+            if not brief:
+                job.futures.append(done)
+        if brief:
+            if job.done.wait(INLINE_WAIT):
+                self._finished([job])
+                if job.error is not None:
+                    raise job.error
                 return
-            done: asyncio.Future[None] = loop.create_future()
-            b.files[path][0].append(done)  # the worker only reads the batch's paths
-            await done
-            return
-        done = loop.create_future()
-        futures, wanted = self._waiting.setdefault(path, ([], set()))
-        futures.append(done)
-        wanted.update(dirs)
-        if not self._running:
-            self._submit(loop, self._take_waiting())
+            job.futures.append(done)  # resolved by the worker's callback, on this loop
         await done
 
-    def _take_waiting(self) -> dict[Path, tuple[list[asyncio.Future[None]], set[Path]]]:
-        batch, self._waiting = self._waiting, {}
-        return batch
-
-    def _submit(self, loop: asyncio.AbstractEventLoop,
-                files: dict[Path, tuple[list[asyncio.Future[None]], set[Path]]]) -> Batch:
-        self._running = True
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._work, name="groupsync", daemon=True)
-            self._thread.start()
-        b = Batch(loop, files)
-        self._requests.put(b)
-        return b
+    def _start_thread(self) -> None:
+        t = threading.Thread(target=self._work, name=f"groupsync-{len(self._threads)}",
+                             daemon=True)
+        self._threads.append(t)
+        t.start()
 
     def _work(self) -> None:
-        while (b := self._requests.get()) is not None:
-            paths = list(b.files)
-            dirs = {d for _, wanted in b.files.values() for d in wanted}
-            started = time.monotonic()
-            b.errors = sync_files(paths, sorted(dirs))
-            took = time.monotonic() - started
-            if took > SLOW_SYNC and started >= self._slow_logged + 60:
-                self._slow_logged = started
-                log.warning("making %d file(s) durable took %.2f s: the disk is slow or busy "
-                            "(replication waits for it; logged at most once a minute)",
-                            len(paths), took)
-            b.done.set()
-            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-                b.loop.call_soon_threadsafe(self._finished, b)
+        while True:
+            with self._cond:
+                while not self._queued and not self._closing:
+                    self._idle += 1
+                    self._cond.wait()
+                    self._idle -= 1
+                if not self._queued:
+                    return  # closing, and nothing left
+                group: list[Job] = []
+                while self._queued and len(group) < GROUP:
+                    path = next(iter(self._queued))
+                    group.append(self._queued.pop(path))
+            self._sync(group)
 
-    def _finished(self, b: Batch) -> None:
-        if b.handled:
-            return  # already done by the loop's brief wait (sync, inline)
-        b.handled = True
-        self._running = False
-        for path, (futures, wanted) in b.files.items():
-            error = b.errors.get(path) or next((b.errors[d] for d in wanted if d in b.errors),
-                                               None)
-            for f in futures:
+    def _sync(self, group: list[Job]) -> None:
+        started = time.monotonic()
+        errors = sync_files([j.path for j in group],
+                            sorted({d for j in group for d in j.dirs}))
+        took = time.monotonic() - started
+        if took > SLOW_SYNC and started >= self._slow_logged + 60:
+            self._slow_logged = started
+            log.warning("making %d file(s) durable took %.2f s: the disk is slow or busy "
+                        "(replication waits for it; logged at most once a minute)",
+                        len(group), took)
+        by_loop: dict[asyncio.AbstractEventLoop, list[Job]] = {}
+        for j in group:
+            j.error = errors.get(j.path) or next((errors[d] for d in j.dirs if d in errors),
+                                                 None)
+            j.done.set()
+            by_loop.setdefault(j.loop, []).append(j)
+        for loop, jobs in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(self._finished, jobs)
+
+    @staticmethod
+    def _finished(jobs: list[Job]) -> None:
+        for j in jobs:
+            if j.handled:
+                continue  # already done by the loop's brief wait (sync, inline)
+            j.handled = True
+            for f in j.futures:
                 if f.done():
                     continue
-                if error is not None:
-                    f.set_exception(error)
+                if j.error is not None:
+                    f.set_exception(j.error)
                 else:
                     f.set_result(None)
-        if self._waiting:
-            self._submit(b.loop, self._take_waiting())
 
     async def close(self) -> None:
-        thread, self._thread = self._thread, None
-        if thread is not None:
-            self._requests.put(None)
-            await asyncio.to_thread(thread.join, 5)
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        threads, self._threads = self._threads, []
+        for t in threads:
+            await asyncio.to_thread(t.join, 5)
