@@ -14,6 +14,14 @@ line must parse with orjson.loads as a JSON object. Bytes after the last newline
 reported, but not checked further, because the next feed() may complete them (and syncd never
 ships them, so a standby never holds them either).
 
+How much of an unfinished line is held is the caller's choice (`hold`): `syncd verify` holds
+it all; the daemon holds at most HOLD bytes per file, so that a bot's 200 MiB line without its
+newline costs neither memory nor a long save (its state then keeps only the line's length).
+When such a line ends, feed() stops right after its newline and names it in `unread_line`
+(offset, length): the caller reads those bytes back from the file, where they are, and hands
+them to resume_with() (the daemon does that in another process: logfollow.py). The rules are
+the same for every line, however long.
+
 The checks that need memory keep only per-turn and per-id bookkeeping:
 - turns, by turnId: "pre" (entries seen, no turn.start yet), "open" (started), "ended" (a
   terminal event turn.done / turn.failed / turn.aborted seen). turn.start must be the first
@@ -324,12 +332,18 @@ _AnchorSite = tuple[int, int, str, str | None]
 
 
 class LogChecker:
-    """Feed it the bytes of an events.jsonl, from the first byte on; ask for a report any time."""
+    """Feed it the bytes of an events.jsonl, from the first byte on; ask for a report any time.
 
-    def __init__(self) -> None:
+    `hold`: bytes of an unfinished line kept at most (None: all of it); see the header."""
+
+    def __init__(self, hold: int | None = None) -> None:
+        self.hold = hold
         self._offset = 0  # where the line being assembled starts
         self._lines = 0
-        self._pending = bytearray()  # bytes of that line so far
+        self._pending = bytearray()  # bytes of that line so far (all of them, or none: see hold)
+        self._pending_size = 0  # how many bytes that line has so far
+        # (offset, length) of a line that ended but was longer than `hold`: resume_with()
+        self.unread_line: tuple[int, int] | None = None
         self._blank_lines = 0
         self._entries = 0
         self._entry_types: dict[str, int] = {}
@@ -357,17 +371,54 @@ class LogChecker:
 
     # -- feeding ---------------------------------------------------------------------------
 
-    def feed(self, data: bytes) -> None:
-        if b"\n" not in data:
+    def feed(self, data: bytes) -> int:
+        """Check `data`; how many of its bytes were taken: all of them, except when a line that
+        was not held ends in `data` (then up to its newline, and `unread_line` names it)."""
+        if self.unread_line is not None:
+            raise ValueError("a line that was not held must be checked first (resume_with)")
+        end = data.find(b"\n")
+        if end < 0:
             # No line ends here: collect without re-splitting what we already hold, so a huge
             # line arriving in small pieces stays linear.
-            self._pending += data
-            return
+            self._hold_more(data)
+            return len(data)
+        if self._held() < self._pending_size + end:
+            self.unread_line = (self._offset, self._pending_size + end)
+            self._pending, self._pending_size = bytearray(), 0
+            return end + 1
         lines = data.split(b"\n")
         if self._pending:
             lines[0] = bytes(self._pending) + lines[0]
-        self._pending = bytearray(lines.pop())
+        tail = lines.pop()
+        self._pending, self._pending_size = bytearray(), 0
         self._check_lines(lines)
+        self._hold_more(tail)
+        return len(data)
+
+    def resume_with(self, line: bytes) -> None:
+        """The bytes of `unread_line` (without its newline), read back by the caller."""
+        if self.unread_line is None or len(line) != self.unread_line[1]:
+            raise ValueError(f"not the line waited for ({self.unread_line}, got {len(line)} "
+                             "bytes)")
+        self.unread_line = None
+        self._check_lines([line])
+
+    def _held(self) -> int:
+        """How long a line may grow and still be checked here: unbounded, `hold`, or -1
+        once the line being assembled has outgrown it (its bytes are gone)."""
+        if len(self._pending) != self._pending_size:
+            return -1
+        return sys.maxsize if self.hold is None else self.hold
+
+    def _hold_more(self, data: bytes) -> None:
+        if not data:
+            return
+        keep = self._held() >= self._pending_size + len(data)
+        self._pending_size += len(data)
+        if keep:
+            self._pending += data
+        elif self._pending:
+            self._pending = bytearray()  # outgrown: only its length is kept from now on
 
     def _check_lines(self, lines: list[bytes]) -> None:
         loads = orjson.loads
@@ -658,7 +709,7 @@ class LogChecker:
             derived.append(
                 Problem(ProblemKind.MISSING_ANCHOR, line, offset, message, anchor=anchor)
             )
-        if self._pending:
+        if self._pending_size:
             derived.append(self._torn_tail())
 
         counts = dict(self._recorded_counts)
@@ -672,7 +723,7 @@ class LogChecker:
         listed.sort(key=lambda p: (p.line, _KIND_ORDER[p.kind], p.message))
 
         return Report(
-            bytes_checked=self._offset + len(self._pending),
+            bytes_checked=self._offset + self._pending_size,
             lines=self._lines,
             blank_lines=self._blank_lines,
             entries=self._entries,
@@ -686,18 +737,21 @@ class LogChecker:
         )
 
     def _torn_tail(self) -> Problem:
-        tail = bytes(self._pending)
-        try:
-            parsed = orjson.loads(tail)
-        except orjson.JSONDecodeError:
-            shape = "not valid JSON"
+        size = self._pending_size
+        if len(self._pending) != size:
+            shape = f"longer than the {self.hold} bytes held: not parsed"
         else:
-            shape = "a JSON object" if type(parsed) is dict else "JSON, but not an object"
+            try:
+                parsed = orjson.loads(bytes(self._pending))
+            except orjson.JSONDecodeError:
+                shape = "not valid JSON"
+            else:
+                shape = "a JSON object" if type(parsed) is dict else "JSON, but not an object"
         return Problem(
             ProblemKind.TORN_TAIL,
             self._lines + 1,
             self._offset,
-            f"torn tail: {len(tail)} bytes without a final newline ({shape})",
+            f"torn tail: {size} bytes without a final newline ({shape})",
         )
 
     # -- saving and restoring --------------------------------------------------------------
@@ -708,7 +762,9 @@ class LogChecker:
             "version": STATE_VERSION,
             "offset": self._offset,
             "lines": self._lines,
-            "pending": base64.b64encode(self._pending).decode(),
+            "pending": base64.b64encode(self._pending).decode(),  # empty once outgrown
+            "pending_size": self._pending_size,
+            "unread_line": self.unread_line,
             "blank_lines": self._blank_lines,
             "entries": self._entries,
             "entry_types": self._entry_types,
@@ -730,14 +786,19 @@ class LogChecker:
         return orjson.dumps(state)
 
     @classmethod
-    def from_state(cls, blob: bytes) -> LogChecker:
+    def from_state(cls, blob: bytes, hold: int | None = None) -> LogChecker:
         state = orjson.loads(blob)
         if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
             raise ValueError("not a saved LogChecker state of this version")
-        checker = cls()
+        checker = cls(hold)
         checker._offset = state["offset"]
         checker._lines = state["lines"]
         checker._pending = bytearray(base64.b64decode(state["pending"]))
+        checker._pending_size = state.get("pending_size", len(checker._pending))
+        unread = state.get("unread_line")
+        checker.unread_line = (unread[0], unread[1]) if unread else None
+        if hold is not None and len(checker._pending) > hold:
+            checker._pending = bytearray()  # saved by a checker that held more: outgrown here
         checker._blank_lines = state["blank_lines"]
         checker._entries = state["entries"]
         checker._entry_types = state["entry_types"]

@@ -9,6 +9,11 @@ together with the size it covers, so a restart goes on from there instead of re-
 files. When the file's history is replaced (an adopted
 copy, a noticed edit) the checker starts again from byte 0. The decision itself is pure:
 core/readiness.py.
+
+An unfinished line is held up to HOLD bytes; past that only its length is kept (and saved),
+so a bot's huge line without its newline costs neither memory nor long saves. Once such a
+line ends, it is checked in a process of its own (longline.py), which reads it back from the
+file, while the loop goes on; the catch-up resumes after it.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,14 +41,18 @@ BACKLOG = 1 << 20
 INLINE_READ = 256 << 10  # bytes read on the loop at most (page cache); more: in a thread
 SAVE_INTERVAL = 30.0
 FOLLOW_INTERVAL = 1.0  # seconds between two catch-ups of one file
+HOLD = 1 << 20  # bytes of an unfinished line held in memory at most; longer: longline.py
+LONG_LINE_RETRY = 60.0  # seconds before a failed check of a long line is tried again
 
 
 class IncrementalVerifier:
     def __init__(self, path: Path, state_file: Path) -> None:
         self.path = path
         self.state_file = state_file
-        self.checker = LogChecker()
-        self.size = 0  # bytes of the file the checker has seen
+        self.checker = LogChecker(HOLD)
+        self.size = 0  # bytes of the file the checks have covered
+        self._fed = 0  # bytes fed to the checker: `size`, and a long line waiting (longline.py)
+        self._long_line_at = -LONG_LINE_RETRY  # when a long line's check last failed
         self._generation = 0
         self._task: asyncio.Task[None] | None = None
         self._report: Report | None = None
@@ -60,8 +71,9 @@ class IncrementalVerifier:
             size = saved["size"]
             if not 0 <= size <= limit:
                 return
-            self.checker = LogChecker.from_state(saved["checker"].encode())
-            self.size = self._saved_size = size
+            self.checker = LogChecker.from_state(saved["checker"].encode(), HOLD)
+            self._fed = self._saved_size = size
+            self.size = size - _waiting(self.checker)
         except FileNotFoundError:
             return
         except (OSError, ValueError, KeyError, TypeError) as e:
@@ -71,8 +83,8 @@ class IncrementalVerifier:
     def restart(self) -> None:
         """The file's history was replaced: check it again from byte 0."""
         self._generation += 1
-        self.checker = LogChecker()
-        self.size = 0
+        self.checker = LogChecker(HOLD)
+        self.size = self._fed = 0
         self._report = self._last = None
         self._saved_size = -1
 
@@ -104,9 +116,11 @@ class IncrementalVerifier:
 
     async def _catch_up(self, target: Callable[[], int], paused: Callable[[], bool]) -> None:
         generation = self._generation
-        checker = self.checker
-        while (end := target()) > self.size and not paused():
-            start = self.size
+        if self.checker.unread_line is not None and not await self._check_long_line():
+            self._save(in_task=True)
+            return
+        while (end := target()) > self._fed and not paused():
+            start = self._fed
             stop = min(end, start + STEP)
             # A live file's few new bytes are in the page cache: reading them here costs less
             # than the hop to a thread; a backlog is read in a thread, a STEP at a time.
@@ -124,25 +138,75 @@ class IncrementalVerifier:
                     return  # restarted meanwhile; the new history gets its own catch-up
                 if paused():
                     break
-                piece = data[at : at + SLICE]
-                checker.feed(piece)
-                self.size += len(piece)
-                self.bytes_read += len(piece)
+                if not await self._feed(data[at : at + SLICE]):
+                    if generation == self._generation:
+                        self._save(in_task=True)
+                    return  # a long line that could not be checked: tried again later
                 self._report = None
                 # Keeping up with a live file, spread the slices out (no burst of parsing
                 # for the other processes on the host to wait behind); a backlog goes at once.
-                await asyncio.sleep(SPREAD if end - self.size < BACKLOG else 0)
-            if self.size >= end and target() - self.size < BACKLOG:
+                await asyncio.sleep(SPREAD if end - self._fed < BACKLOG else 0)
+            if self._fed >= end and target() - self._fed < BACKLOG:
                 # Keeping up with a live file: what it got meanwhile waits for the next
                 # follow (at most FOLLOW_INTERVAL away), not for another read right now.
                 break
-        if generation == self._generation and self.size >= end:
+        if generation == self._generation and self._fed >= end:
             self.caught_up_at = time.time()
         self._save(in_task=True)
 
+    async def _feed(self, piece: bytes) -> bool:
+        """Feed `piece`; False when it ends a long line whose check failed (not fed on)."""
+        while piece:
+            used = self.checker.feed(piece)
+            self._fed += used
+            self.bytes_read += used
+            piece = piece[used:]
+            if self.checker.unread_line is not None:
+                if not await self._check_long_line():
+                    return False
+            else:
+                self.size = self._fed
+        return True
+
+    async def _check_long_line(self) -> bool:
+        """Check the line the checker did not hold, in a process of its own (longline.py)."""
+        waiting = self.checker.unread_line
+        assert waiting is not None
+        now = time.monotonic()
+        if now - self._long_line_at < LONG_LINE_RETRY:
+            return False
+        generation, state = self._generation, self.checker.to_state()
+        start, length = waiting
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "syncd.daemon.longline", os.fspath(self.path), str(start),
+                str(length), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE)
+            try:
+                out, err = await proc.communicate(state)
+            finally:
+                if proc.returncode is None:  # cancelled (shutdown): do not leave it running
+                    proc.kill()
+                    await proc.wait()
+        except OSError as e:
+            out, err = b"", str(e).encode()
+            proc = None
+        if generation != self._generation:
+            return False
+        if proc is None or proc.returncode != 0:
+            self._long_line_at = now
+            log.warning("%s: cannot check the line of %d bytes at offset %d: %s (tried again "
+                        "in %gs)", self.path, length, start,
+                        err.decode(errors="replace").strip()[-500:], LONG_LINE_RETRY)
+            return False
+        self.checker = LogChecker.from_state(out, HOLD)
+        self.bytes_read += length + 1
+        self.size = self._fed
+        return True
+
     @property
     def unsaved(self) -> bool:
-        return self.size != self._saved_size
+        return self._fed != self._saved_size
 
     def report(self) -> Report | None:
         """The current report, or the last one while a catch-up is feeding the checker."""
@@ -155,20 +219,20 @@ class IncrementalVerifier:
 
     def _save(self, force: bool = False, in_task: bool = False) -> None:
         """`in_task`: called by the catch-up itself at its end (not a save mid-catch-up)."""
-        if self.size == self._saved_size:
+        if self._fed == self._saved_size:
             return
         if not force and time.monotonic() - self._saved_at < SAVE_INTERVAL:
             return
         if self._task is not None and not self._task.done() and not (force or in_task):
             return
-        blob = orjson.dumps({"size": self.size, "checker": self.checker.to_state().decode()})
+        blob = orjson.dumps({"size": self._fed, "checker": self.checker.to_state().decode()})
         tmp = self.state_file.with_name(self.state_file.name + ".tmp")
         with contextlib.suppress(OSError):
             self.state_file.parent.mkdir(parents=True, exist_ok=True)
             # No fsync: a state lost to a power cut only means checking the file again.
             tmp.write_bytes(blob)
             tmp.replace(self.state_file)
-            self._saved_at, self._saved_size = time.monotonic(), self.size
+            self._saved_at, self._saved_size = time.monotonic(), self._fed
 
     async def close(self) -> None:
         if self._later is not None:
@@ -178,3 +242,8 @@ class IncrementalVerifier:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         self.save(force=True)
+
+
+def _waiting(checker: LogChecker) -> int:
+    """Bytes fed to `checker` that its checks do not cover yet: a long line and its newline."""
+    return checker.unread_line[1] + 1 if checker.unread_line is not None else 0

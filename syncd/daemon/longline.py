@@ -1,0 +1,43 @@
+"""The log check of one line too long to hold in the daemon (logcheck.py, `hold`).
+
+Run as `python -m syncd.daemon.longline PATH START LENGTH` with the checker's saved state on
+standard input: reads bytes [START, START + LENGTH) of PATH (the line, without its newline),
+checks it with exactly the rules every line gets, and writes the checker's new state to
+standard output. In a process of its own, because parsing a 200 MiB line costs a few hundred
+MB and about a second of CPU under the GIL: the daemon's memory stays bounded and its event
+loop goes on meanwhile (logfollow.py waits for this process without blocking).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from syncd.core.logcheck import LogChecker
+from syncd.disk import store
+
+
+def check(path: Path, start: int, length: int, state: bytes) -> bytes:
+    checker = LogChecker.from_state(state)
+    if checker.unread_line != (start, length):
+        raise ValueError(f"the state waits for {checker.unread_line}, not ({start}, {length})")
+    line = store.read_range(path, start, start + length + 1)
+    if len(line) != length + 1 or not line.endswith(b"\n"):
+        raise ValueError(f"{path} no longer holds that line at {start} (history replaced?)")
+    checker.resume_with(line[:-1])
+    return checker.to_state()
+
+
+def main() -> int:
+    try:
+        path, start, length = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+        out = check(path, start, length, sys.stdin.buffer.read())
+    except (IndexError, ValueError, OSError, MemoryError) as e:
+        print(f"{type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    sys.stdout.buffer.write(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

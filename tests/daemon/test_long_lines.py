@@ -1,0 +1,97 @@
+"""A bot's huge line without its newline (issue #23, case 12), through the daemon's log check
+(logfollow.py) on a real file: bounded memory, the event loop never held, and once the line
+ends it is checked (in a process of its own) like any other."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import tracemalloc
+from pathlib import Path
+
+import orjson
+
+from syncd.daemon.logfollow import IncrementalVerifier
+from tests.support.ishiki import ishiki_lines
+
+HUGE = 200 << 20  # the size that stalled the loop 0.85-2 s and cost +530 MB per save
+HOLD = 1 << 20  # what the daemon holds of an unfinished line (logfollow.HOLD)
+
+
+def write_huge_unfinished_line(path: Path, size: int) -> bytes:
+    """`path` gets a few lines, then the start of one message of `size` bytes, without its
+    end; returns the bytes that end it."""
+    head = orjson.dumps({"id": "big", "type": "message",
+                         "data": {"role": "user", "content": ""}})[:-3]
+    tail = b'"}}\n'
+    block = b"x" * (1 << 20)
+    with path.open("wb") as f:
+        f.write(ishiki_lines(10) + head)
+        left = size - len(head) - len(tail)
+        while left > 0:
+            f.write(block[: min(left, len(block))])
+            left -= len(block)
+    return tail
+
+
+async def follow_until(verifier: IncrementalVerifier, target: int, seconds: float,
+                       gaps: list[float]) -> None:
+    """Follow the file until `target` bytes are checked, measuring the loop's longest gap."""
+    async def tick() -> None:
+        last = time.monotonic()
+        while True:
+            await asyncio.sleep(0.005)
+            now = time.monotonic()
+            gaps.append(now - last)
+            last = now
+
+    ticker = asyncio.create_task(tick())
+    deadline = time.monotonic() + seconds
+    try:
+        while verifier.size < target:
+            assert time.monotonic() < deadline, f"checked {verifier.size} of {target} bytes"
+            verifier._followed_at = -1e9  # no FOLLOW_INTERVAL pause between catch-ups
+            verifier.follow(lambda: target)
+            await asyncio.sleep(0.05)
+        if verifier._task is not None:
+            await asyncio.wait_for(verifier._task, seconds)
+    finally:
+        ticker.cancel()
+
+
+def test_a_200_mib_unfinished_line_costs_bounded_memory_and_never_holds_the_loop(
+    tmp_path: Path
+) -> None:
+    log_file = tmp_path / "events.jsonl"
+    state = tmp_path / "state" / "events.jsonl.verify"
+    tail = write_huge_unfinished_line(log_file, HUGE)
+    unfinished = log_file.stat().st_size
+
+    async def scenario() -> tuple[int, float, float]:
+        verifier = IncrementalVerifier(log_file, state)
+        gaps: list[float] = []
+        tracemalloc.start()
+        try:
+            await follow_until(verifier, unfinished, 120, gaps)
+            verifier.save(force=True)  # the save that cost +530 MB and a long stall
+            report = verifier.report()
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert report is not None and report.problem_counts["torn_tail"] == 1
+        with log_file.open("ab") as f:
+            f.write(tail)  # the bot ends its line
+        end = log_file.stat().st_size
+        await follow_until(verifier, end, 120, gaps)
+        report = verifier.report()
+        assert report is not None and report.entries == 11  # the long line parsed
+        assert not {"torn_tail", "invalid_json"} & set(report.problem_counts)
+        await verifier.close()
+        return peak, max(gaps), state.stat().st_size
+
+    peak, longest_gap, saved = asyncio.run(scenario())
+    # The reads are 4 MiB steps (logfollow.STEP); the line itself is never held whole.
+    assert peak < 16 * HOLD + (16 << 20), f"peak {peak / 2**20:.0f} MiB"
+    assert saved < 1 << 20
+    # Generous for a loaded machine: the old save alone held the loop for 0.85-2 s.
+    assert longest_gap < 0.5, f"the loop was held {longest_gap:.2f} s"
