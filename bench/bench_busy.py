@@ -49,12 +49,14 @@ TARGET_P99_MS = {300: 50.0, 1000: 100.0}
 
 def busy(keys: int, root: Path, seconds: float = 10, grace: float = 30, kib: int = 4,
          profile_dir: Path | None = None, config: str = "",
-         during: Callable[[], AbstractContextManager[object]] = nullcontext,
-         gil: bool = True, name: str = "busy") -> dict[str, Any]:
+         during: Callable[[Daemon, Daemon], AbstractContextManager[object]] = (
+             lambda a, b: nullcontext()),
+         gil: bool = True, name: str = "busy", written: int | None = None) -> dict[str, Any]:
     """One row of the curve: `keys` keys x 1 write/s for `seconds` s; `config`: top-level
-    config lines for both daemons (`batch_window = 0`); `during`: what else runs while the
-    keys are written (a disk hog, status clients: bench_othersync.py, bench_status.py);
-    `gil`: profile only the thread holding the GIL (False: every thread, blocked ones too)."""
+    config lines for both daemons (`batch_window = 0`); `during(a, b)`: what else runs while
+    the keys are written (a disk hog, status clients: bench_othersync.py, bench_status.py);
+    `gil`: profile only the thread holding the GIL (False: every thread, blocked ones too);
+    `written`: only the first `written` keys are written (the others are idle)."""
     root.mkdir(parents=True, exist_ok=True)
     broker = Broker(root / "broker", max_queued_messages=1000)
     broker.start()
@@ -74,16 +76,17 @@ def busy(keys: int, root: Path, seconds: float = 10, grace: float = 30, kib: int
         pids = {"a": a.proc.pid, "b": b.proc.pid}
 
         rounds = max(1, round(seconds))
+        busy_keys = keys if written is None else written
         plan = [(key_name(i), a.path(key_name(i)), ishiki_lines(1 + (i + j) % 3))
-                for j in range(rounds) for i in range(keys)]
-        with during():
+                for j in range(rounds) for i in range(busy_keys)]
+        with during(a, b):
             spies = [PySpy(p, seconds, profile_dir / f"{name}-{keys}-{n}.txt", gil=gil,
                            rate=250) for n, p in pids.items()] if profile_dir else []
             meter = CpuMeter(pids)
             others = BackgroundMeter()
             others.start()
             meter.start()
-            writes, achieved = paced_appends(plan, keys)  # keys writes/s: each once a second
+            writes, achieved = paced_appends(plan, busy_keys)  # each key once a second
             final = {w.key: w.end for w in writes}
 
             def b_done() -> bool:

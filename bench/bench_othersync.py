@@ -94,7 +94,7 @@ def phase(root: Path, keys: int, seconds: float, grace: float, hog: bool,
     bare = BareSync(root / "bare.jsonl")
 
     @contextlib.contextmanager
-    def during() -> Iterator[None]:
+    def during(*_: object) -> Iterator[None]:
         with disk_hog(root) if hog else contextlib.nullcontext(), bare:
             yield
 

@@ -13,12 +13,17 @@ for the supplementary groups):
   the group, or the group database lists the user). Without such a group, only root and the
   daemon's uid. The refusal names the group needed.
 
-Bounds, so that one local client cannot wedge or starve the daemon:
+Bounds, so that local clients cannot wedge or starve the daemon:
 
 - at most MAX_CONNECTIONS connections at once. One more evicts the oldest connection that has
   not sent its request yet (idle ones cannot crowd out a `status`); when every connection is
   busy with a request, the new one gets a one-line error and is closed at once. Descriptors
   stay bounded whatever the number of clients;
+- at most MAX_PER_USER of them from one uid, and RESERVED of them for root and the daemon's
+  own user only: however many connections the members of group `syncd` hold, root's
+  `syncd status --ready` (a failover script) gets in;
+- `status` is built once for every request waiting, a slice at a time, and paced, so that
+  requests take at most a third of the event loop (statusreply.py);
 - the request line must arrive within IDLE_TIMEOUT seconds of connecting, and each reply line
   be taken within as long;
 - a request line longer than MAX_REQUEST bytes is answered with an error.
@@ -41,12 +46,21 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from syncd.ops.statusreply import StatusReplies
+
 if TYPE_CHECKING:
     from syncd.daemon.node import Node
 
 log = logging.getLogger("syncd.control")
 
 MAX_CONNECTIONS = 64
+MAX_PER_USER = 8  # connections of one uid at once (root and the daemon's own user: no limit)
+RESERVED = 8  # of MAX_CONNECTIONS, only for root and the daemon's own user
+# A refused connection's request is read (and dropped) for up to REFUSE_LINGER seconds before
+# it is closed: a Unix socket closed with unread bytes resets the client, which would lose
+# the line saying why. At most MAX_LINGERING at once; past that, closed at once.
+REFUSE_LINGER = 1.0
+MAX_LINGERING = 64
 IDLE_TIMEOUT = 10.0
 MAX_REQUEST = 64 * 1024
 DISCARD_LIMIT = 16 << 20  # bytes of an over-long request read (and dropped) before replying
@@ -140,12 +154,46 @@ class _TooLong(Exception):
     pass
 
 
+@dataclass
+class _Conn:
+    uid: int  # -1: the kernel could not say
+    waiting: bool = True  # no request yet: may be evicted for a newcomer
+
+
+def peer_uid(sock: Any) -> int:
+    """The connected process's uid (SO_PEERCRED), -1 when the kernel cannot say."""
+    size = struct.calcsize("3i")
+    try:
+        _pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET,
+                                                              socket.SO_PEERCRED, size))
+    except (OSError, struct.error, AttributeError):
+        return -1
+    return int(uid)
+
+
+def admission(uid: int, own_uid: int, open_total: int, open_of_uid: int) -> str | None:
+    """None when a new connection from `uid` may be served, else why not (pure)."""
+    if uid in (0, own_uid):
+        limit = MAX_CONNECTIONS
+    else:
+        if open_of_uid >= MAX_PER_USER:
+            return (f"too many control connections from uid {uid} ({MAX_PER_USER} at once); "
+                    "try again")
+        limit = MAX_CONNECTIONS - RESERVED
+    if open_total >= limit:
+        return f"too many control connections ({MAX_CONNECTIONS} busy); try again"
+    return None
+
+
 class ControlServer:
     def __init__(self, node: Node) -> None:
         self.node = node
         self._server: asyncio.AbstractServer | None = None
-        # Open connections in arrival order; True while still waiting for a request.
-        self._conns: dict[asyncio.StreamWriter, bool] = {}
+        # Open connections in arrival order, and who holds each.
+        self._conns: dict[asyncio.StreamWriter, _Conn] = {}
+        self._per_uid: dict[int, int] = {}
+        self._lingering = 0  # refused connections whose request is being read and dropped
+        self._status = StatusReplies(node.status_sliced)
         self.evicted = 0
         self.refused = 0
 
@@ -165,26 +213,56 @@ class ControlServer:
         return len(self._conns)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if len(self._conns) >= MAX_CONNECTIONS and not self._evict_idle():
+        uid = peer_uid(writer.get_extra_info("socket"))
+        why = self._admit(uid)
+        if why is not None:
             self.refused += 1
-            writer.write(_line({"ok": False, "error": (
-                f"too many control connections ({MAX_CONNECTIONS} busy); try again")}))
+            writer.write(_line({"ok": False, "error": why}))
+            if self._lingering < MAX_LINGERING:
+                self._lingering += 1
+                try:
+                    async with asyncio.timeout(REFUSE_LINGER):
+                        while (chunk := await reader.read(1 << 16)) and b"\n" not in chunk:
+                            pass
+                except (TimeoutError, ConnectionError):
+                    pass
+                finally:
+                    self._lingering -= 1
             writer.close()
             return
-        self._conns[writer] = True
+        self._conns[writer] = _Conn(uid)
+        self._per_uid[uid] = self._per_uid.get(uid, 0) + 1
         try:
             await self._handle(reader, writer)
         except (TimeoutError, ConnectionError):
             pass
         finally:
-            self._conns.pop(writer, None)
+            self._forget(writer)
             writer.close()
+
+    def _admit(self, uid: int) -> str | None:
+        """None if a new connection from `uid` is served (evicting an idle one if need be)."""
+        own = os.getuid()
+        why = admission(uid, own, len(self._conns), self._per_uid.get(uid, 0))
+        if why is not None and why.startswith("too many control connections (") \
+                and self._evict_idle():
+            why = admission(uid, own, len(self._conns), self._per_uid.get(uid, 0))
+        return why
+
+    def _forget(self, writer: asyncio.StreamWriter) -> None:
+        conn = self._conns.pop(writer, None)
+        if conn is not None:
+            left = self._per_uid[conn.uid] - 1
+            if left:
+                self._per_uid[conn.uid] = left
+            else:
+                del self._per_uid[conn.uid]
 
     def _evict_idle(self) -> bool:
         """Close the oldest connection that has sent no request yet; False if none has."""
-        for w, waiting in self._conns.items():
-            if waiting:
-                del self._conns[w]
+        for w, conn in self._conns.items():
+            if conn.waiting:
+                self._forget(w)
                 self.evicted += 1
                 w.write(_line({"ok": False, "error": "closed: no request, and too many control "
                                                      "connections are open"}))
@@ -216,8 +294,9 @@ class ControlServer:
                 buf += chunk
         return bytes(buf)
 
-    async def _reply(self, writer: asyncio.StreamWriter, reply: dict[str, Any]) -> None:
-        writer.write(_line(reply))
+    async def _reply(self, writer: asyncio.StreamWriter, reply: dict[str, Any] | bytes
+                     ) -> None:
+        writer.write(reply if isinstance(reply, bytes) else _line(reply))
         async with asyncio.timeout(IDLE_TIMEOUT):  # not wait_for: see Session.open
             await writer.drain()
 
@@ -232,9 +311,10 @@ class ControlServer:
             writer.write(_line({"ok": False, "error": (
                 f"no request within {IDLE_TIMEOUT:g}s: closed")}))
             return
-        if writer not in self._conns:
+        conn = self._conns.get(writer)
+        if conn is None:
             return  # evicted meanwhile
-        self._conns[writer] = False  # busy: no longer evictable
+        conn.waiting = False  # busy: no longer evictable
         try:
             request = orjson.loads(line) if line.strip() else {}
         except orjson.JSONDecodeError:
@@ -250,9 +330,10 @@ class ControlServer:
                 await self._reply(writer, {"ok": False, "error": denied})
                 return
         if cmd == "status":
-            reply: dict[str, Any] = {"ok": True, "status": self.node.status()}
-        elif cmd == "adopt":
-            reply = await self._adopt(request, writer)
+            await self._reply(writer, await self._status.line())
+            return
+        if cmd == "adopt":
+            reply: dict[str, Any] = await self._adopt(request, writer)
         elif cmd == "reload":
             expected = request.get("config")
             reply = await self.node.reload_from_source(expected if isinstance(expected, str)

@@ -211,3 +211,75 @@ def test_an_oversized_request_gets_an_error_reply(
     assert request_line(sock, b"not json\n")["error"].startswith("malformed request")
     assert request_line(sock, b'{"cmd": "status"}\n')["ok"] is True  # still serving
     assert "Traceback" not in a.read_log()
+
+
+# N threads of the throw-away uid ask for `status` again and again, each reading its whole
+# answer, as a member of group `syncd` who wants the daemon stuck would (a refusal: again a
+# moment later). Prints a line once they have had 2 N answers or refusals (or after 30 s),
+# then goes on until its standard input closes.
+HAMMER = """
+import os, socket, sys, threading, time
+os.setgroups([int(sys.argv[2])])
+os.setresgid(int(sys.argv[2]), int(sys.argv[2]), int(sys.argv[2]))
+os.setresuid(int(sys.argv[3]), int(sys.argv[3]), int(sys.argv[3]))
+n, done, lock = int(sys.argv[4]), [0, 0], threading.Lock()
+def ask():
+    while True:
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.settimeout(60)
+                s.connect(sys.argv[1])
+                s.sendall(b'{"cmd": "status"}\\n')
+                first = s.recv(1 << 16)
+                while s.recv(1 << 20):
+                    pass
+        except OSError:
+            time.sleep(0.1)
+            continue
+        refused = b"too many control connections" in first
+        with lock:
+            done[refused] += 1
+        if refused:
+            time.sleep(0.1)
+for _ in range(n):
+    threading.Thread(target=ask, daemon=True).start()
+deadline = time.monotonic() + 30
+while sum(done) < 2 * n and time.monotonic() < deadline:
+    time.sleep(0.05)
+print(done[0], done[1], flush=True)
+sys.stdin.read()
+"""
+
+
+def test_members_of_the_socket_group_cannot_keep_root_from_an_answer(
+    broker: Broker, make_daemon: Callable[..., Daemon]
+) -> None:
+    """Issue #23, case 5: 64 clients of one unprivileged user (a member of group `syncd`) ask
+    for `status` (~850 KB with 1000 keys) as fast as they can. Root's `syncd status --ready`
+    (a failover script) still gets its answer within the CLI's own 10 s: one status is built
+    for all who wait, paced, and the user may hold MAX_PER_USER connections at once. (Before:
+    each request built its own document on the loop, ~0.25 s each, and root's waited behind
+    64 of them, past its timeout.)"""
+    keys = [f"bot-{i:04d}" for i in range(1000)]
+    a = make_daemon("a", broker, start=False)
+    for key in keys:
+        append(a.path(key), ishiki_lines(1))
+    a.start()
+    wait_until(lambda: sum(a.status()["ready_count"].values()) == len(keys), 60,
+               "every key loaded")
+    open_to_outsider(a)
+    hammer = subprocess.Popen(
+        [sys.executable, "-c", HAMMER, str(a.state / "syncd.sock"), str(SOCKET_GID),
+         str(OUTSIDER_UID), str(MAX_CONNECTIONS)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        assert hammer.stdout is not None
+        _answered, refused = map(int, hammer.stdout.readline().split())  # in full swing
+        done = subprocess.run(
+            [sys.executable, "-m", "syncd", "status", "--config", str(a.config), "--ready",
+             keys[0]], capture_output=True, text=True, timeout=120, cwd=REPO)
+        assert done.stdout.startswith(f"{keys[0]}: "), done
+        assert refused > 0  # the user was told, in one line, to come back later
+    finally:
+        hammer.communicate("", timeout=60)
+    assert query(a.state / "syncd.sock", "status", timeout=30)["ok"] is True
