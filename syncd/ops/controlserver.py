@@ -330,7 +330,7 @@ class ControlServer:
                 await self._reply(writer, {"ok": False, "error": denied})
                 return
         if cmd == "status":
-            await self._reply(writer, await self._status.line())
+            await self._reply(writer, await self._status.line(urgent=conn.uid in (0, os.getuid())))
             return
         if cmd == "adopt":
             reply: dict[str, Any] = await self._adopt(request, writer)

@@ -6,12 +6,14 @@ However many clients ask at once, one build runs: every request that arrives whi
 gets its result, serialized once. After a build, the next one waits PACE times the CPU the
 last one took, so that status requests, whoever sends them and however fast, take at most
 1 / (1 + PACE) of the loop; replication keeps the rest. A request on a quiet daemon gets a
-document built after it arrived, at once.
+document built after it arrived, at once, and so does one from root or the daemon's own user
+(`urgent`: a failover script) while no build runs: the pause is for everyone else.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -30,10 +32,15 @@ class StatusReplies:
         self._build = build
         self._running: asyncio.Future[bytes] | None = None
         self._next_at = 0.0  # loop time before which no build starts
+        self._hurry = asyncio.Event()  # set: the pausing build starts now (urgent)
+        self._pausing = False
         self.builds = 0  # how many documents were built (tests, bench)
 
-    async def line(self) -> bytes:
-        """The reply line to a status request: `{"ok": true, "status": {...}}` and "\\n"."""
+    async def line(self, urgent: bool = False) -> bytes:
+        """The reply line to a status request: `{"ok": true, "status": {...}}` and "\\n".
+        `urgent`: do not wait for the pause after the last build (root's requests)."""
+        if urgent and self._pausing:
+            self._hurry.set()  # the build still pausing starts now (everyone waiting gets it)
         if self._running is None:
             self._running = asyncio.ensure_future(self._make())
         # Shielded: a client that goes away must not cancel the build the others wait for.
@@ -43,8 +50,15 @@ class StatusReplies:
         loop = asyncio.get_running_loop()
         try:
             wait = self._next_at - loop.time()
-            if wait > 0:
-                await asyncio.sleep(wait)
+            if wait > 0 and not self._hurry.is_set():
+                self._pausing = True
+                try:
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(wait):
+                            await self._hurry.wait()
+                finally:
+                    self._pausing = False
+            self._hurry.clear()
             spent = 0.0
             try:
                 status, spent = await self._build()
