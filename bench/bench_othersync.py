@@ -110,7 +110,8 @@ def row(r: dict[str, Any]) -> str:
     lag: Stats = r["lag"]
     bare: Stats = r["bare"]
     return (f"| {r['phase']} | {ms(lag.p50)} / {ms(lag.p99)} / {ms(lag.max)} | "
-            f"{lag.missing} | {ms(bare.p50)} / {ms(bare.p99)} / {ms(bare.max)} |")
+            f"{lag.missing} | {ms(bare.p50)} / {ms(bare.p99)} / {ms(bare.max)} | "
+            f"{r['others_cpu']:.0f} % |")
 
 
 def main() -> None:
@@ -121,16 +122,23 @@ def main() -> None:
                         help="seconds of writing per phase (each key once a second)")
     parser.add_argument("--grace", type=float, default=60.0)
     parser.add_argument("--profile", type=Path, metavar="DIR")
+    parser.add_argument("--only", choices=["quiet", "hog"],
+                        help="one phase only (to compare versions in turn on a shared machine)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="syncd-othersync-") as tmp:
+        if args.only is not None:
+            print(row(phase(Path(tmp) / args.only, args.keys, args.seconds, args.grace,
+                            args.only == "hog", args.profile)))
+            return
         quiet = phase(Path(tmp) / "quiet", args.keys, args.seconds, args.grace, False,
                       args.profile)
         hogged = phase(Path(tmp) / "hog", args.keys, args.seconds, args.grace, True,
                        args.profile)
     print(f"Other writers: {args.keys} keys x 1 write/s for {args.seconds:g} s per phase, "
           f"bare append + fdatasync {SYNC_RATE}/s ({time.strftime('%Y-%m-%d %H:%M UTC')})\n")
-    print("| phase | syncd lag p50 / p99 / max | missing | bare sync p50 / p99 / max |")
-    print("|---|---|---|---|")
+    print("| phase | syncd lag p50 / p99 / max | missing | bare sync p50 / p99 / max |"
+          " others' CPU |")
+    print("|---|---|---|---|---|")
     print(row(quiet))
     print(row(hogged))
     q, h, bare = quiet["lag"], hogged["lag"], hogged["bare"]

@@ -186,5 +186,4 @@ class GroupSync:
             self._closing = True
             self._cond.notify_all()
         threads, self._threads = self._threads, []
-        for t in threads:
-            await asyncio.to_thread(t.join, 5)
+        await asyncio.gather(*(asyncio.to_thread(t.join, 5) for t in threads))

@@ -171,17 +171,19 @@ def peer_uid(sock: Any) -> int:
     return int(uid)
 
 
-def admission(uid: int, own_uid: int, open_total: int, open_of_uid: int) -> str | None:
-    """None when a new connection from `uid` may be served, else why not (pure)."""
+def admission(uid: int, own_uid: int, open_total: int, open_of_uid: int
+              ) -> tuple[bool, str] | None:
+    """None when a new connection from `uid` may be served; else (whether closing an idle
+    connection would make room, what the client is told). Pure."""
     if uid in (0, own_uid):
         limit = MAX_CONNECTIONS
     else:
         if open_of_uid >= MAX_PER_USER:
-            return (f"too many control connections from uid {uid} ({MAX_PER_USER} at once); "
-                    "try again")
+            return False, (f"too many control connections from uid {uid} ({MAX_PER_USER} at "
+                           "once); try again")
         limit = MAX_CONNECTIONS - RESERVED
     if open_total >= limit:
-        return f"too many control connections ({MAX_CONNECTIONS} busy); try again"
+        return True, f"too many control connections ({MAX_CONNECTIONS} busy); try again"
     return None
 
 
@@ -243,11 +245,10 @@ class ControlServer:
     def _admit(self, uid: int) -> str | None:
         """None if a new connection from `uid` is served (evicting an idle one if need be)."""
         own = os.getuid()
-        why = admission(uid, own, len(self._conns), self._per_uid.get(uid, 0))
-        if why is not None and why.startswith("too many control connections (") \
-                and self._evict_idle():
-            why = admission(uid, own, len(self._conns), self._per_uid.get(uid, 0))
-        return why
+        refused = admission(uid, own, len(self._conns), self._per_uid.get(uid, 0))
+        if refused is not None and refused[0] and self._evict_idle():
+            refused = admission(uid, own, len(self._conns), self._per_uid.get(uid, 0))
+        return None if refused is None else refused[1]
 
     def _forget(self, writer: asyncio.StreamWriter) -> None:
         conn = self._conns.pop(writer, None)

@@ -178,7 +178,8 @@ def snapshot_from(node: Node, loop: asyncio.AbstractEventLoop) -> Callable[[], S
     the replicas live, never read from another thread while they change."""
 
     async def take() -> Status:
-        return {**node.status(), "reconnects": node.link.reconnects,
+        status, _ = await node.status_sliced()  # a slice at a time: the loop is not held
+        return {**status, "reconnects": node.link.reconnects,
                 "telemetry": node.telemetry.snapshot()}
 
     def snapshot() -> Status:

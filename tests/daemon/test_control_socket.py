@@ -25,9 +25,12 @@ from syncd.config import ConfigError, load_config, parse_config
 from syncd.ops.control import query
 from syncd.ops.controlserver import (
     MAX_CONNECTIONS,
+    MAX_PER_USER,
     MAX_REQUEST,
+    RESERVED,
     AdminGroup,
     Credentials,
+    admission,
     may_change,
     refusal,
 )
@@ -59,6 +62,23 @@ def test_who_may_change_things() -> None:
     missing = AdminGroup("syncd-admin", None, frozenset())
     assert may_change(who(0), own, missing) and may_change(who(own), own, missing)
     assert not may_change(who(1000, gid=990, user="carol"), own, missing)
+
+
+def test_each_user_holds_a_few_connections_and_root_always_has_room() -> None:
+    own = 995
+    assert admission(1000, own, 0, 0) is None
+    assert admission(1000, own, 10, MAX_PER_USER - 1) is None
+    full_for_user = admission(1000, own, 10, MAX_PER_USER)
+    assert full_for_user is not None and not full_for_user[0]  # closing idle ones: no help
+    assert f"from uid 1000 ({MAX_PER_USER} at once)" in full_for_user[1]
+    # Other users together stop short of the reserve; root and the daemon's user do not.
+    crowded = admission(1001, own, MAX_CONNECTIONS - RESERVED, 0)
+    assert crowded is not None and crowded[0]
+    assert admission(0, own, MAX_CONNECTIONS - RESERVED, 40) is None
+    assert admission(own, own, MAX_CONNECTIONS - 1, 63) is None
+    full = admission(0, own, MAX_CONNECTIONS, 0)
+    assert full is not None and full[1] == (f"too many control connections ({MAX_CONNECTIONS} "
+                                            "busy); try again")
 
 
 def test_the_refusal_names_the_group_needed() -> None:
