@@ -620,8 +620,8 @@ class Report:
                 "`bench/bench_floor.py`: the same two measurements for a pipeline with none of "
                 "syncd's logic, only the work every copy must do. At 500 writes/s the writer "
                 "wakes every 10 ms, reads what was appended, fdatasyncs it, signs it (Ed25519 "
-                "over its SHA-256, as frames.py) and publishes it through paho; the standby "
-                "verifies, appends and fdatasyncs. The catch-up sends 256 KiB pieces of a "
+                "over its SHA-256, as syncd/core/frames.py) and publishes it through paho; the "
+                "standby verifies, appends and fdatasyncs. The catch-up sends 256 KiB pieces of a "
                 f"{p.floor_catchup_mb} MB file. Each runs twice: the standby reading through "
                 "paho, then reading the socket itself.", "",
                 table(["standby reads with", "CPU per write, writer", "CPU per write, standby",

@@ -94,13 +94,13 @@ class Config:
     scrub_interval: float = 300.0
     persist_interval: float = 5.0
     request_timeout: float = 3.0
-    # Seconds a busy writer's appends gather before they are read and shipped (window.py).
+    # Seconds a busy writer's appends gather before they are read and shipped (daemon/window.py).
     batch_window: float = 0.01
     metrics: MetricsConfig = MetricsConfig()
     # Who may change things through the control socket (adopt, reload), besides root and the
     # daemon's own user; `status` is for anyone who can open the socket.
     admin_group: str = "syncd-admin"
-    limits: Limits = field(default_factory=Limits)  # serving peers: syncd/budget.py
+    limits: Limits = field(default_factory=Limits)  # serving peers: syncd/core/budget.py
     resources: Rules | None = field(default_factory=Rules)  # [resources]; None: disabled
     source: Path | None = None
 
@@ -138,7 +138,7 @@ class Config:
         k = self.keys.get(key)
         return k is None or k.writers is None or node in k.writers
     def key_dir(self, key: str) -> Path:
-        """The directory of instance `key`: the one mapping from keys to paths (roots.py).
+        """The directory of instance `key`: the one mapping from keys to paths (core/roots.py).
         Raises KeyPathError (a ValueError) saying why when `key` names none."""
         return self.roots.folder(key)
 
@@ -459,7 +459,7 @@ def _peers(top: _Reader, table: Any, p: _Reader) -> dict[str, str]:
         peers[node] = text.strip()
     return peers
 def _roots(top: _Reader, table: _Reader, base: Path) -> Layout:
-    """runtimes_dir (a path, a glob, or a list of them) and [roots] (name = path): see roots.py
+    """runtimes_dir (a path, a glob, or a list of them) and [roots] (name = path): see core/roots.py
     for how each names its keys."""
     raw = top.table.get("runtimes_dir")
     if raw is None and "roots" not in top.table:

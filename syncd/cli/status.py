@@ -12,7 +12,8 @@ reason); 2 the daemon could not be asked.
 
 `syncd status --ready KEY [KEY...]` is for failover scripts: exit 0 only when this host can
 take over every named key now (every file of it READY), 1 otherwise, with the reasons; 2
-when the daemon could not be asked. READY itself is decided in syncd/readiness.py (`decide`).
+when the daemon could not be asked. READY itself is decided in syncd/core/readiness.py
+(`decide`); docs/operations.md lists every reason.
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ def command(keys: tuple[str, ...], config_path: Path, as_json: bool, ready_keys:
 
 
 def _resources(status: dict[str, Any]) -> list[str]:
-    """Conflicts, refusals and transfers of the instances' resources/ (resources.py)."""
+    """Conflicts, refusals and transfers of the instances' resources/ (core/resources.py)."""
     wanted = {f["key"] for f in status["files"]}
     lines: list[str] = []
     for r in status.get("resources", []):
@@ -191,7 +192,7 @@ def summary(files: list[dict[str, Any]], skipped: int = 0) -> str:
 
 
 def render(status: dict[str, Any]) -> str:
-    """The status for people. Every string in it is escaped first (safe_text.py): node names,
+    """The status for people. Every string in it is escaped first (core/safe_text.py): node names,
     freeze reasons, divergence details and lines may come from peers or their bytes."""
     status = safe_tree(status)
     peers = status["peers"]

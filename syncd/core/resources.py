@@ -30,7 +30,7 @@ it whole: a write-once name without overwriting anything, a replaced one only ov
 this machine last saw. Deletions are not propagated: a file deleted here is fetched back from a
 peer that still holds it (nothing is lost by syncd; the writer never deletes today).
 
-No files, sockets or clocks here: the shell (resourcefiles.py) and the simulator feed events
+No files, sockets or clocks here: the shell (daemon/resourcefiles.py) and the simulator feed events
 with the time and carry out the effects.
 """
 

@@ -1,11 +1,11 @@
 """The daemon: finds instance keys, owns their replicas, and wires watcher, sweep and link.
 
-Instances are found by discovery.py (the sweep, and at once on a watcher hint about a path
+Instances are found by disk/discovery.py (the sweep, and at once on a watcher hint about a path
 that is not a known replica's file); every key becomes a path through Config.key_dir only.
 
 It routes, it does not decide: frames go to the replica of their (key, file), filesystem hints
 to the replica of their path. Its control socket (`syncd status`, `adopt`, `reload`) is served
-by controlserver.py.
+by ops/controlserver.py.
 """
 
 from __future__ import annotations
@@ -165,7 +165,7 @@ class Node:
         in a batch per topic at the end of this turn of the event loop."""
         item = frames.Item(kind, payload, key, file)
         self.telemetry.count("sent", kind.value, item.size)
-        if kind is Kind.POS:  # in the batch, and retained for later hosts (positions.py)
+        if kind is Kind.POS:  # in the batch, and retained for later hosts (net/positions.py)
             self._positions.announce(key, file, item)
             return
         if not to:  # live bytes, and resource summaries and changes: for everyone
@@ -180,7 +180,7 @@ class Node:
 
     def _publish_batch(self, topic: str, to: str, items: tuple[frames.Item, ...]) -> None:
         # Live batches at QoS 0: a lost one is a gap the next batch or position reveals (and
-        # fetched again), and QoS 1 costs a PUBACK each way per write (README, Topics).
+        # fetched again), and QoS 1 costs a PUBACK each way per write (docs/protocol.md, QoS).
         self.link.publish(topic, self._seal(topic, items, to=to), qos=1 if to else 0)
 
     def _seal(self, topic: str, items: tuple[frames.Item, ...], to: str = "",
@@ -452,7 +452,7 @@ class Node:
 
     def _discover(self, force: bool = False) -> None:
         """Find new instances (the sweep calls this every second: directories that did not
-        change since the last scan are not listed again, see discovery.py)."""
+        change since the last scan are not listed again, see disk/discovery.py)."""
         scan = self._scanner.scan()
         self.skipped = scan.skipped
         for s in scan.skipped:
@@ -534,7 +534,7 @@ class Node:
         """The safety net under the watcher: inotify can merge or drop events.
 
         Discovery looks at every directory above the instances on each sweep (one stat each,
-        see discovery.py). Files: with `watch = false` the sweep is all there is, and every
+        see disk/discovery.py). Files: with `watch = false` the sweep is all there is, and every
         file is stat'ed on each sweep; with the watcher on, each sweep stats the next
         SWEEP_FILES files only, so that thousands of idle files cost a bounded amount of CPU
         (a change the watcher missed is found within ceil(files / SWEEP_FILES) sweeps). Each
@@ -640,7 +640,7 @@ class Node:
         replica.deliver(event)
 
     def _within_budget(self, event: PeerRequest, replica: Replica) -> bool:
-        """Whether to serve a peer's request (syncd/budget.py); logs drops once a minute."""
+        """Whether to serve a peer's request (syncd/core/budget.py); logs drops once a minute."""
         r, now = event.request, time.monotonic()
         cost = serve_cost(r.have, r.start, r.length, replica.machine.held, self.fetch_window)
         if self.budgets.admit(event.peer, cost, now):

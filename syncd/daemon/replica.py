@@ -1,4 +1,4 @@
-"""One replicated file on this host: the shell around its machine (`machine.py`).
+"""One replicated file on this host: the shell around its machine (`core/machine.py`).
 
 The machine decides; this module does the I/O it asks for and nothing else. One asyncio task
 per file takes one event at a time: it reads what the machine's plan names (stat and bytes,

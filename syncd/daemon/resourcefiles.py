@@ -1,6 +1,6 @@
 """The shell around one instance's ResourceMachine: scans resources/, hashes, writes, serves.
 
-Every decision is the machine's (resources.py); this file only does the I/O it asks for:
+Every decision is the machine's (core/resources.py); this file only does the I/O it asks for:
 
 - scan: list resources/ (no symbolic link followed), and hash each file whose (inode, size,
   mtime, ctime) changed since it was last hashed, like git's index, so a sweep costs a stat

@@ -3,7 +3,7 @@
     <state_dir>/archive/<key>/<UTC time>-<file>                 the copy, bit for bit
     <state_dir>/archive/<key>/<UTC time>-<file>.manifest.json   node, key, size, sha256, ...
 
-`<key>` is the key percent-encoded into one directory name (statepath.py):
+`<key>` is the key percent-encoded into one directory name (core/statepath.py):
 `archive/onebot_123%2Fgroup_456/`; a flat key such as `bot-1` is its own encoding.
 
 Names are never reused (a numeric suffix is added), and the copy is linked or written with

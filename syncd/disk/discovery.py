@@ -1,7 +1,7 @@
 """Finding instances: directories below a runtimes root that hold a configured file.
 
 An instance is a directory from 1 to MAX_DEPTH levels below its root that holds (an entry
-named like) one of its configured files; its key is its path below the root (see roots.py).
+named like) one of its configured files; its key is its path below the root (see core/roots.py).
 What is inside an instance (`resources/`, `workspace/`, any directory below it) is never an
 instance, and never listed. A directory without such a file is looked into, down to
 MAX_DEPTH: `onebot_123/` holds the instances `onebot_123/group_456`, ...

@@ -80,7 +80,7 @@ class Watcher:
 
     def hold(self) -> None:
         """Leave events in the kernel's queue: while the node gathers changes anyway
-        (window.py), waking up for each write would cost a loop turn per write for nothing.
+        (daemon/window.py), waking up for each write would cost a loop turn per write for nothing.
         drain() reads them all at once. An overflow meanwhile is reported as always."""
         if self._fd >= 0 and not self._held:
             self._held = True

@@ -1,7 +1,7 @@
 """Prometheus metrics (`[metrics] listen`), read from the daemon's status at scrape time.
 
 A scrape takes one snapshot of `Node.status()` (the same document `syncd status --json`
-prints) and of the node's telemetry (`telemetry.py`: traffic by kind, refusals by reason,
+prints) and of the node's telemetry (`core/telemetry.py`: traffic by kind, refusals by reason,
 append → durable latency) on the event loop, and turns them into metric families; the
 process collector adds CPU, memory and open files. Off unless configured; the example binds
 loopback only.

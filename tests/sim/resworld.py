@@ -3,7 +3,7 @@ broker, with the writer's temp files, renames, rewrites, crashes and conflicting
 
 Like world.py (the log's simulator): one thread, every choice from the seed, invariants
 checked after every step, a failure replays from its seed (`python -m tests.sim --resources
---seed S -v`). The shell here does what syncd/resourcefiles.py does, on dicts:
+--seed S -v`). The shell here does what syncd/daemon/resourcefiles.py does, on dicts:
 
 - a host's directory maps published names to bytes; temp files (the writer's
   `.<name>.<n>.tmp`, syncd's `.<name>.syncd.tmp`) are kept apart, named for who made them;
@@ -128,7 +128,7 @@ class ResWorld:
                 m.local[name] = e
                 h.known[name] = e.digest
         m.restore(m.local.values())
-        # syncd's own temp files from the last run are removed at start (resourcefiles.py).
+        # syncd's own temp files from the last run are removed at start (daemon/resourcefiles.py).
         h.temps = {p: v for p, v in h.temps.items() if v[0] != "syncd"}
         h.machine = m
         h.alive = True

@@ -1,5 +1,5 @@
 """The simulator's quick mode: 2 000 seeded histories of 2-5 hosts around the real machine,
-every invariant of ../shared/docs/integrity.md checked after every step (see tests/sim).
+every invariant of docs/development.md ("The simulator") checked after every step (see tests/sim).
 
 The long mode runs on demand: `python -m tests.sim --seeds 100000`. A failure names its seed
 and the command that replays it.

@@ -1,4 +1,4 @@
-"""Finding instances at any depth, under one or several roots (syncd/discovery.py)."""
+"""Finding instances at any depth, under one or several roots (syncd/disk/discovery.py)."""
 
 from __future__ import annotations
 
