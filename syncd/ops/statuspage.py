@@ -362,11 +362,13 @@ def _conflicts(status: Status) -> str:
             "holds it; the other is fetched.</p></section>")
 
 
-def _peer_cell(name: str, p: Mapping[str, Any]) -> str:
+def _peer_cell(name: str, p: Mapping[str, Any], diverged: bool) -> str:
     lag = int(p.get("lag_bytes", 0))
     seconds = p.get("lag_seconds")
-    lag_text = (f"lag {size(lag)}" + (f" / {float(seconds):.1f} s" if seconds is not None
-                                      else "")) if lag else "lag 0"
+    # A diverged peer never catches up with bytes of ours: its lag would mislead.
+    lag_text = ("another history, no lag" if diverged else
+                (f"lag {size(lag)}" + (f" / {float(seconds):.1f} s" if seconds is not None
+                                       else "")) if lag else "lag 0")
     state = p.get("frozen") or p.get("state", "?")
     return (f'<div class="peer">{_t(name)} {_state(state)} '
             f'<span class="mute">{_t(size(int(p.get("size", 0))))} · {_t(lag_text)}'
@@ -379,7 +381,8 @@ def _files(files: list[Mapping[str, Any]]) -> str:
         ready = _badge("yes", "ok") if f.get("ready") else _badge("no", "bad")
         reasons = _lines(f.get("not_ready", [])) + _lines(
             f"note: {n}" for n in f.get("notes", []))
-        peers = "".join(_peer_cell(n, p) for n, p in f.get("peers", {}).items()) or \
+        peers = "".join(_peer_cell(n, p, n in f.get("diverged", {}))
+                        for n, p in f.get("peers", {}).items()) or \
             '<span class="mute">none heard</span>'
         rows.append(
             f'<tr><td><span class="key">{_key(f["key"])}</span></td><td>{_t(f["file"])}</td>'
@@ -389,7 +392,7 @@ def _files(files: list[Mapping[str, Any]]) -> str:
     body = "".join(rows) or '<tr><td colspan="6" class="mute">no replicated file yet</td></tr>'
     return ("<section><h2>Files</h2><table><thead><tr><th>Key</th><th>File</th>"
             '<th class="num">Size</th><th>State</th><th>Ready</th>'
-            "<th>Peers: state, size, lag in bytes / seconds</th></tr></thead>"
+            "<th>Peers: state, size, lag (bytes / seconds)</th></tr></thead>"
             f"<tbody>{body}</tbody></table></section>")
 
 
@@ -398,6 +401,8 @@ def _peers(status: Status, now: float) -> str:
     worst: dict[str, tuple[int, float]] = {}
     for f in status.get("files", []):
         for n, p in f.get("peers", {}).items():
+            if n in f.get("diverged", {}):
+                continue  # another history: no lag (see _peer_cell)
             b, s = worst.get(n, (0, 0.0))
             worst[n] = (max(b, int(p.get("lag_bytes", 0))),
                         max(s, float(p.get("lag_seconds") or 0.0)))
