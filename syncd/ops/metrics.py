@@ -310,6 +310,7 @@ def _answer(start_response: Callable[..., Any], status: str,
 
 class _Server(ThreadingMixIn, WSGIServer):
     daemon_threads = True  # a request still being answered does not hold up the stop
+    request_queue_size = 64  # socketserver's 5 drops a burst of connections (1 s SYN retry)
 
 
 class _Handler(WSGIRequestHandler):
