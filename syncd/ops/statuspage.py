@@ -256,7 +256,7 @@ def _header(status: Status, now: float, refresh: int) -> str:
     tone, words = _verdict(status)
     listed = list(status.get("brokers", []))
     broker = status.get("broker") or "-"
-    which = (f", {listed.index(broker) + 1} of {len(listed)} listed"
+    which = (f' <span class="mute">({listed.index(broker) + 1} of {len(listed)} listed)</span>'
              if len(listed) > 1 and broker in listed else "")
     link = (_badge("connected", "ok") if status.get("connected")
             else _badge("DISCONNECTED", "bad"))
@@ -268,7 +268,7 @@ def _header(status: Status, now: float, refresh: int) -> str:
         by_state[f.get("state", "?")] = by_state.get(f.get("state", "?"), 0) + 1
     states = ", ".join(f"{n} {s}" for s, n in sorted(by_state.items())) or "none"
     facts = [
-        f"<span>broker <b>{_t(broker)}</b> {link}{_t(which)}</span>",
+        f"<span>broker <b>{_t(broker)}</b>{which} {link}</span>",
         f"<span>connected since <b>{_t(when(status.get('connected_since'), now))}</b></span>"
         if status.get("connected") else "",
         f"<span>peers online <b>{len(online)} of {len(peers)}</b></span>",

@@ -129,7 +129,7 @@ def test_conflicts_unreplicated_directories_broker_and_peers() -> None:
     assert "alice/chan_1/resources/avatar.png: CONFLICT with host-b" in shown
     assert "resources/huge.bin not replicated: too large" in shown
     assert "bad\\xff /rt/bad\\xff not valid UTF-8" in shown
-    assert "broker mqtt-2:8883 connected , 2 of 2 listed" in shown  # (" " between elements)
+    assert "broker mqtt-2:8883 (2 of 2 listed) connected" in shown
     assert "Brokers listed: mqtt-1:8883, mqtt-2:8883 (in use); switches 1, failed or lost " \
            "connections 3" in shown
     assert "host-c offline 2027-01-15 06:00:00 UTC (2 h ago) 2 KiB 75.5 s 0 / 0" in shown
