@@ -17,6 +17,7 @@ configured; the example binds loopback only (no authentication).
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import platform
 import socket
 import threading
@@ -42,6 +43,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from syncd import __version__
+from syncd.core.safe_text import safe
 from syncd.core.telemetry import REJECT_REASONS
 from syncd.ops import statuspage
 
@@ -269,8 +271,39 @@ _TEXT_HEADERS = (("Content-Type", "text/plain; charset=utf-8"),
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
-def routes(cache: SnapshotCache, metrics_app: WSGIApp) -> WSGIApp:
-    """The WSGI application: /metrics, / and /status.json; every other path is 404."""
+def own_names(listen_host: str) -> frozenset[str]:
+    """The names a request's Host may give for this machine besides an IP address."""
+    host = socket.gethostname().lower()  # no DNS lookup: a broken resolver cannot slow it
+    return frozenset({"localhost", "localhost.localdomain", host, host.split(".")[0],
+                      listen_host.lower().strip("[]")})
+
+
+def host_allowed(host: str | None, names: frozenset[str]) -> bool:
+    """Whether a request's Host header names this machine: an IP address, or one of `names`.
+
+    The page and its JSON hold the lines where copies diverge (a bot's memory). A web page an
+    operator visits could make the browser fetch them from a loopback address through a
+    name of its own that it re-points to 127.0.0.1 (DNS rebinding); the browser then sends
+    that name as Host, which is refused here. Browsers always send Host; a client that does
+    not (HTTP/1.0) is not a browser."""
+    if not host:
+        return True
+    name = host.strip()
+    if name.startswith("["):
+        name = name[1:name.find("]")] if "]" in name else name
+    elif name.count(":") == 1:
+        name = name.split(":", 1)[0]
+    try:
+        ipaddress.ip_address(name)
+        return True
+    except ValueError:
+        return name.lower().rstrip(".") in names
+
+
+def routes(cache: SnapshotCache, metrics_app: WSGIApp,
+           names: frozenset[str] = frozenset({"localhost"})) -> WSGIApp:
+    """The WSGI application: /metrics, / and /status.json; every other path is 404. The page
+    and the JSON answer only a Host that names this machine (`host_allowed`)."""
     pages: dict[str, tuple[Callable[[Status, float], bytes], tuple[tuple[str, str], ...]]] = {
         "/": (status_page, statuspage.HEADERS),
         "/status.json": (status_json, _JSON_HEADERS),
@@ -288,6 +321,12 @@ def routes(cache: SnapshotCache, metrics_app: WSGIApp) -> WSGIApp:
         if method not in ("GET", "HEAD"):
             return _answer(start_response, "405 Method Not Allowed",
                            (*_TEXT_HEADERS, ("Allow", "GET, HEAD")), b"read-only\n")
+        host = environ.get("HTTP_HOST")
+        if not host_allowed(host, names):
+            return _answer(start_response, "403 Forbidden", _TEXT_HEADERS, (
+                f"refused: Host {safe(host)[:100]!r} is neither an IP address nor a name of "
+                "this machine (a defence against DNS rebinding); use http://127.0.0.1:PORT/ "
+                "or this machine's host name (docs/status-page.md)\n").encode())
         make, headers = pages[path]
         try:
             body = cache.made(path, make)
@@ -336,7 +375,8 @@ class Endpoint:
             address_family = family  # IPv4 or IPv6, as the host is written
 
         self._server: WSGIServer = make_server(
-            host, port, routes(self.cache, make_wsgi_app(registry)), Server, _Handler)
+            host, port, routes(self.cache, make_wsgi_app(registry), own_names(host)), Server,
+            _Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True,
                                         name="syncd-http")
         self._thread.start()

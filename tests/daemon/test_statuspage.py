@@ -19,9 +19,11 @@ from tests.support.files import append, wait_equal
 from tests.support.ishiki import ishiki_lines
 
 
-def get(port: int, path: str) -> tuple[int, dict[str, str], bytes]:
+def get(port: int, path: str, host: str | None = None) -> tuple[int, dict[str, str], bytes]:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}",
+                                     headers={"Host": host} if host else {})
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+        with urllib.request.urlopen(request, timeout=10) as r:
             return r.status, dict(r.headers), r.read()
     except urllib.error.HTTPError as e:
         return e.code, dict(e.headers), e.read()
@@ -65,6 +67,9 @@ def test_page_and_json_of_a_running_pair_are_the_status_document(
     assert '<meta http-equiv="refresh" content="5">' in page
     assert get(port_a, "/metrics")[2].count(b"syncd_broker_connected 1.0") == 1
     assert get(port_a, "/nothing-here")[0] == 404
+    # A page elsewhere that re-points its own name to 127.0.0.1 (DNS rebinding) gets nothing.
+    assert get(port_a, "/status.json", host=f"rebound.example:{port_a}")[0] == 403
+    assert get(port_a, "/", host=f"localhost:{port_a}")[0] == 200
     # b goes away: a's page shows it offline, behind, lagging in bytes and seconds.
     b.stop()
     append(a.path("profileA/chan_1"), ishiki_lines(3))

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from syncd.ops import statuspage
-from syncd.ops.metrics import SnapshotCache, routes
+from syncd.ops.metrics import SnapshotCache, host_allowed, routes
 
 NOW = 1_800_000_000.0
 
@@ -269,13 +269,15 @@ def test_one_snapshot_serves_every_request_for_a_second() -> None:
     assert taken == [100.0, 101.0] and made == [1.0, 2.0]
 
 
-def call(app: Any, path: str, method: str = "GET") -> tuple[str, dict[str, str], bytes]:
+def call(app: Any, path: str, method: str = "GET", host: str = "127.0.0.1:9464"
+         ) -> tuple[str, dict[str, str], bytes]:
     got: dict[str, Any] = {}
 
     def start_response(status: str, headers: list[tuple[str, str]]) -> None:
         got.update(status=status, headers=dict(headers))
 
-    body = b"".join(app({"PATH_INFO": path, "REQUEST_METHOD": method}, start_response))
+    environ = {"PATH_INFO": path, "REQUEST_METHOD": method, "HTTP_HOST": host}
+    body = b"".join(app(environ, start_response))
     return got["status"], got["headers"], body
 
 
@@ -311,3 +313,25 @@ def test_a_daemon_that_does_not_answer_gets_503_not_a_stack_trace() -> None:
     assert status == "503 Service Unavailable"
     assert body == b"syncd did not answer: TimeoutError the event loop did not answer within " \
                    b"10 s\n"
+
+
+@pytest.mark.parametrize(("host", "allowed"), [
+    ("127.0.0.1:9464", True), ("127.0.0.1", True), ("[::1]:9464", True), ("10.1.2.3:80", True),
+    ("localhost:9464", True), ("LOCALHOST", True), ("bot-a:9464", True),
+    ("bot-a.example.org.:9464", False), ("bot-a.:9464", True), (None, True), ("", True),
+    ("attacker.example:9464", False), ("127.0.0.1.attacker.example", False),
+    ("localhost.attacker.example:9464", False), ("[::1", False),
+])
+def test_only_a_host_that_names_this_machine_gets_the_page(host: str | None,
+                                                            allowed: bool) -> None:
+    assert host_allowed(host, frozenset({"localhost", "bot-a"})) is allowed
+
+
+def test_a_rebound_name_is_refused_the_page_and_the_json_not_the_metrics() -> None:
+    app = routes(SnapshotCache(document), metrics_app, frozenset({"localhost", "bot-a"}))
+    for path in ("/", "/status.json"):
+        status, _, body = call(app, path, host="attacker.example:9464")
+        assert status == "403 Forbidden"
+        assert body.startswith(b"refused: Host 'attacker.example:9464' is neither an IP address")
+        assert call(app, path, host="bot-a:9464")[0] == "200 OK"
+    assert call(app, "/metrics", host="attacker.example:9464")[0] == "200 OK"
