@@ -153,7 +153,7 @@ class Scanner:
                                                 f"taken by {taken[name]}"))
                 else:
                     taken[name] = path
-                    roots.append(Root(name, path))
+                    roots.append(Root(name, path, spec.base))
         return roots
 
     def _visit(self, walk: _Walk, root: Root, folder: Path, parts: tuple[str, ...],
@@ -250,13 +250,3 @@ def root_problems(layout: Layout, who: str) -> list[tuple[str, str]]:
             found.append((where, f"{d} is not readable {'and writable ' * (not spec.is_glob)}"
                                  f"by {who}"))
     return found
-
-
-def linked_component(root: Path, parts: tuple[str, ...]) -> Path | None:
-    """The first of root/parts[0], root/parts[0]/parts[1], ... that is a symbolic link."""
-    path = root
-    for part in parts:
-        path = path / part
-        if path.is_symlink():
-            return path
-    return None
