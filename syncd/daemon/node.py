@@ -146,7 +146,8 @@ class Node:
         self._positions = PositionSender(
             lambda item: self._outbox.add(frames.all_topic(self._prefix, self.node), "", item),
             self._publish_retained)
-        self._watcher = Watcher(config.roots.watch_dirs(), self._on_hint, self._on_overflow)
+        self._watcher = Watcher(config.roots.watch_dirs(), self._on_hint, self._on_overflow,
+                                max_depth=watch_depth(config))
         # Local changes gather for batch_window while appends keep coming (window.py).
         self._window: BatchWindow[Replica] = BatchWindow(
             config.batch_window, Replica.hint_local, self._watcher.hold, self._watcher.drain,
@@ -751,6 +752,16 @@ class Node:
             # shows each as state "error" with its reason.
             "skipped": skipped,
         }
+
+
+def watch_depth(config: Config) -> int:
+    """Levels below a watched directory worth a watch: a glob's levels down to its roots,
+    the instances (MAX_DEPTH), resources/ and as deep as its scans go ([resources]
+    max_depth). Deeper, nothing is replicated: a bot-made tree costs no watches there."""
+    rules = [config.resources, *(k.resources for k in config.keys.values())]
+    walk = max((r.max_depth for r in rules if r is not None), default=0)
+    roots = max((1 + len(s.tail) for s in config.roots.specs if s.is_glob), default=0)
+    return roots + MAX_DEPTH + 1 + walk
 
 
 def _same_file(a: str | Path, b: str | Path) -> bool:

@@ -370,7 +370,7 @@ class ResourceFiles:
                 return
             out.events.extend(files)
 
-        walk = tree.Walk(top, rules.max_depth, shown=self.folder.path, leaving=leaving)
+        walk = tree.Walk(top, rules.max_depth, leaving=leaving)
         for entry in walk:
             name = entry.rel
             if rules.kind(name) is None:

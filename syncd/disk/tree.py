@@ -231,14 +231,15 @@ class Walk:
     first in name order, at most `max_depth` directories down (`max_depth` 0: `top` only).
 
     Iterative: a tree far deeper than Python's stack costs a Problem at `max_depth`, not a
-    crash. Holds one descriptor per level below `top`. `skip(rel)`: a directory not to go
-    into (not a problem). `leaving(fd, rel)`: called with each directory's descriptor before
-    it is closed (for an fsync of its entries). Problems are in `problems` once it is done."""
+    crash. Holds one descriptor per level below `top`. `entering(fd, rel)`: called with each
+    directory's descriptor once it is open (False: do not go into it; not a problem).
+    `leaving(fd, rel)`: called with each directory's descriptor before it is closed (for an
+    fsync of its entries; `rel` ends with '/', "" for `top`). Problems are in `problems`
+    once it is done."""
 
     top: int
     max_depth: int
-    shown: Path = Path(".")  # what `top` is, for reasons
-    skip: Callable[[str], bool] = lambda rel: False
+    entering: Callable[[int, str], bool] | None = None
     leaving: Callable[[int, str], None] | None = None
     problems: list[Problem] = field(default_factory=list)
 
@@ -284,8 +285,6 @@ class Walk:
                     os.close(fd)
 
     def _enter(self, fd: int, name: str, rel: str, depth: int) -> tuple[int, list[str]] | None:
-        if self.skip(rel):
-            return None
         if depth + 1 > self.max_depth:
             self._problem(rel, TOO_DEEP, f"more than {self.max_depth} levels deep: not walked "
                           "(max_depth)")
@@ -302,6 +301,9 @@ class Walk:
                               "replicated")
             else:
                 self._problem(rel, UNREADABLE, f"cannot open: {e.strerror or e}")
+            return None
+        if self.entering is not None and not self.entering(sub, rel):
+            os.close(sub)
             return None
         names = self._list(sub, rel)
         if names is None:
