@@ -11,8 +11,10 @@ was created in them before their watch existed is reported too. A directory is r
 way every other is below a root (tree.py: one level at a time from the root, no symbolic
 link followed, an iterative walk) and watched through its descriptor (/proc/self/fd), so a
 tree deeper than Python's stack, a link or an unreadable directory is left unwatched, never a
-crash, and a directory swapped for a link is never watched in its place. The events of one read are reduced to one hint per (path, gone) before they
-are handed on, so a burst of writes to one file costs one look.
+crash, and a directory swapped for a link is never watched in its place.
+
+The events of one read are reduced to one hint per (path, gone) before they are handed on, so
+a burst of writes to one file costs one look.
 
 Where inotify is missing (not Linux), watchdog's observer does the same from its threads.
 """
