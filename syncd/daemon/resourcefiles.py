@@ -317,7 +317,7 @@ class ResourceFiles:
                 self._perform(self.machine.handle(event, time.monotonic()))
 
     def _shown(self, rel: str) -> str:
-        return printable(str(self.folder.path / rel) if rel else str(self.folder.path))
+        return printable(str(self.folder.path / rel))
 
     def _scan_files(self, known: set[str], idents: dict[str, Ident]) -> ScanResult:
         out = ScanResult()
@@ -329,7 +329,7 @@ class ResourceFiles:
             return out
         except OSError as e:
             kind = e.kind if isinstance(e, NotRegularFile) else tree.UNREADABLE
-            out.problems.append(Problem("", kind, e.strerror or str(e)))
+            out.problems.append(Problem(".", kind, e.strerror or str(e)))
             if kind != tree.UNREADABLE:  # a link's target is not ours: nothing is here
                 out.gone = sorted(idents)
                 out.events = [LocalGone(n) for n in sorted(known)]

@@ -245,7 +245,7 @@ class Walk:
 
     def __iter__(self) -> Iterator[Entry]:
         stack: list[tuple[int, str, int, Iterator[str]]] = []
-        names = self._list(self.top, "")
+        names = self._list(self.top, ".")
         if names is None:
             return
         stack.append((self.top, "", 0, iter(names)))
