@@ -162,6 +162,7 @@ class ResourceFiles:
         self._lock = asyncio.Lock()
         self._scan_task: asyncio.Task[None] | None = None
         self._rescan = False
+        self._hinted = False  # a hint came while loading
         self._tasks: set[asyncio.Task[None]] = set()
         self._save_soon = False
         self._intents: dict[str, ResEntry] = {}  # installs under way (saved: see _recover)
@@ -218,6 +219,8 @@ class ResourceFiles:
         pending, self._pending = self._pending, []
         for event in pending:
             self.deliver(event)
+        if self._hinted:
+            self.hint()
 
     def _recover(self, intents: list[ResEntry]) -> None:
         """Installs recorded as intended before a kill -9: where the file holds exactly those
@@ -267,6 +270,7 @@ class ResourceFiles:
         file whose stat is the one recorded (most often one syncd just installed) is none.
         (That stat is taken by name: it only decides whether to look, never what is read.)"""
         if not self.loaded:
+            self._hinted = True  # after the load's scan, which may have started before it
             return
         if path is not None:
             try:

@@ -97,11 +97,12 @@ def _open_step(dir_fd: int, name: str, where: Path, create: bool, mode: int) -> 
     return _open_step(dir_fd, name, where, False, mode)
 
 
-def _entry_kind(dir_fd: int, name: str) -> str:
+def _entry_kind(dir_fd: int | None, name: str, unknown: str = NOT_DIRECTORY) -> str:
+    """What `name` is (for a refusal's words only: the refusal is decided already)."""
     try:
         return kind_of(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
     except OSError:
-        return "not a directory"
+        return unknown
 
 
 def open_dir(spot: Spot, create_from: int | None = None, mode: int = 0o777) -> int:
@@ -140,8 +141,8 @@ def open_in(dir_fd: int | None, name: str, flags: int = os.O_RDONLY, mode: int =
             raise _refusal(shown, LINK, "file") from None
         if e.errno == errno.EISDIR:
             raise _refusal(shown, DIRECTORY, "file") from None
-        if e.errno == errno.ENXIO:  # a FIFO without a reader, opened for writing
-            raise _refusal(shown, "fifo", "file") from None
+        if e.errno == errno.ENXIO:  # a socket, or a FIFO without a reader opened for writing
+            raise _refusal(shown, _entry_kind(dir_fd, name, "fifo"), "file") from None
         raise
     try:
         kind = kind_of(os.fstat(fd).st_mode)
