@@ -18,6 +18,16 @@ from syncd.disk.tree import NotRegularFile, Walk
 SECRET = b"outside the root\n"
 
 
+@pytest.fixture(params=["openat2", "one level at a time"], autouse=True)
+def resolver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test with openat2 (where the kernel has it) and with the walk alone."""
+    if request.param != "openat2":
+        monkeypatch.setattr(tree._openat2, "works", False)
+    elif not tree._openat2.works:
+        pytest.skip("no openat2 here")
+    return str(request.param)
+
+
 @pytest.fixture
 def world(tmp_path: Path) -> tuple[Path, Path]:
     """(a root holding inst/resources/artifacts/x, a secret outside it)."""
@@ -120,6 +130,25 @@ def test_lstat_and_linked_component(world: tuple[Path, Path]) -> None:
         tree.lstat(Spot(root, ("inst2", "resources")))
     assert tree.linked_component(Spot(root, ("inst2", "resources"))) == root / "inst2"
     assert tree.linked_component(Spot(root, ("missing", "deeper"))) is None
+
+
+def test_openat2_opens_in_one_call_what_the_walk_opens(
+    world: tuple[Path, Path], resolver: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, _ = world
+    calls: list[str] = []
+    real = tree._openat2
+
+    class Counting:
+        works = real.works
+
+        def __call__(self, dir_fd: int, rel: str, flags: int, mode: int) -> int:
+            calls.append(rel)
+            return real(dir_fd, rel, flags, mode)
+
+    monkeypatch.setattr(tree, "_openat2", Counting())
+    assert read(Spot(root, X)) == b"ours\n"
+    assert calls == (["inst/resources/artifacts/x"] if resolver == "openat2" else [])
 
 
 def test_a_spot_holds_single_components_only() -> None:
