@@ -442,8 +442,12 @@ class ResourceFiles:
         """(descriptor of the directory `name` is in, its last component). `create`: make
         the directories below resources/ (the instance directory must exist)."""
         spot = self.folder / name
-        start = len(self.folder.parts) - 1 if create else None
-        return tree.open_dir(spot.parent, create_from=start), spot.name
+        try:
+            return tree.open_dir(spot.parent), spot.name  # most often there (one openat2)
+        except FileNotFoundError:
+            if not create:
+                raise
+        return tree.open_dir(spot.parent, create_from=len(self.folder.parts) - 1), spot.name
 
     def _discard(self, name: str) -> None:
         with contextlib.suppress(OSError):
