@@ -342,11 +342,12 @@ class ResourceFiles:
             found = self._walk_and_hash(top, known, idents, out)
         finally:
             os.close(top)
-        # Below a directory that could not be read, nothing is known to be gone.
-        hidden = [p.rel + "/" for p in out.problems if p.kind == tree.UNREADABLE]
+        # What could not be read (a directory, or an entry's stat) is not known to be gone.
+        hidden = {p.rel for p in out.problems if p.kind == tree.UNREADABLE}
 
         def seen(name: str) -> bool:
-            return name in found or any(name.startswith(h) for h in hidden)
+            return (name in found or name in hidden
+                    or any(name.startswith(h + "/") for h in hidden))
 
         out.gone = sorted(n for n in idents if not seen(n))
         out.events += [LocalGone(n) for n in sorted(known) if not seen(n)]

@@ -150,3 +150,37 @@ def test_a_new_file_is_durable_file_then_directory_before_it_is_announced(
                                                             for e in x[1].entries))]
     assert steps[:3] == [("fsync", str(path)), ("fsync", str(path.parent)),
                          steps[2]] and steps[2][0] == "send", steps
+
+
+def test_files_below_a_directory_that_became_unreadable_are_kept_not_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def run() -> None:
+        host = Host()
+        r = shell(tmp_path, host)
+        (r.folder.path / NAME).write_bytes(b"held")
+        (r.folder.path / "artifacts" / "u").mkdir()
+        (r.folder.path / "artifacts" / "u" / "y").write_bytes(b"also held")
+        r.start()
+        await until(lambda: r.loaded)
+        assert set(r.machine.local) == {NAME, "artifacts/u/y"}
+        real = os.listdir
+        locked = str(r.folder.path / "artifacts" / "u")
+
+        def listdir(fd: int) -> list[str]:  # as for a mode 000 directory (root reads those)
+            if os.readlink(f"/proc/self/fd/{fd}") == locked:
+                raise PermissionError(13, "Permission denied")
+            return real(fd)
+
+        monkeypatch.setattr(resourcefiles.tree.os, "listdir", listdir)
+        (r.folder.path / "artifacts" / "z").write_bytes(b"new")
+        r.hint()
+        await until(lambda: "artifacts/z" in r.machine.local)  # the scan went on
+        assert "artifacts/u/y" in r.machine.local  # not taken for gone
+        assert [p.to_json() for p in r.problems] == [
+            {"path": "artifacts/u", "kind": "unreadable",
+             "reason": "cannot list: Permission denied"}]
+        assert (locked, "unreadable") in host.unsafe
+        await r.stop()
+
+    asyncio.run(run())
