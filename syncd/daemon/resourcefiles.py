@@ -140,6 +140,7 @@ class ScanResult:
     idents: dict[str, Ident] = field(default_factory=dict)  # hashed now
     gone: list[str] = field(default_factory=list)  # names no longer found
     problems: list[Problem] = field(default_factory=list)
+    more_problems: int = 0  # past the walk's max_problems: counted only
     errors: list[str] = field(default_factory=list)  # logged as warnings
 
 
@@ -157,6 +158,7 @@ class ResourceFiles:
         # checks the file against the stat of the very bytes it announced.
         self.idents: dict[str, Ident] = {}
         self.problems: list[Problem] = []  # the last scan's: what it did not follow or read
+        self.more_problems = 0  # and how many more (not kept: see tree.Walk.max_problems)
         self.loaded = False
         self._pending: list[Event] = []
         self._lock = asyncio.Lock()
@@ -309,6 +311,7 @@ class ResourceFiles:
         for name in found.gone:
             self.idents.pop(name, None)
         self.problems = found.problems
+        self.more_problems = found.more_problems
         for p in found.problems:
             if p.kind != tree.VANISHED:  # removed while walked: shown, nothing to refuse
                 self.host.note_unsafe(self._shown(p.rel), p.kind, p.reason)
@@ -402,6 +405,7 @@ class ResourceFiles:
             folder = name[:len(name) - len(entry.name)]
             hashed.setdefault(folder, []).append(LocalFile(name, size, digest, ident[2]))
         out.problems = walk.problems + out.problems
+        out.more_problems = walk.more_problems
         return found
 
     # -- effects out ------------------------------------------------------------------------
@@ -685,7 +689,7 @@ class ResourceFiles:
         out.update(key=self.key, path=str(self.folder), installed=self.installed,
                    served_bytes=self.served_bytes, serves_refused=self.serves_refused,
                    skipped_paths=[p.to_json() for p in self.problems[:PROBLEMS_SHOWN]],
-                   skipped_paths_count=len(self.problems))
+                   skipped_paths_count=len(self.problems) + self.more_problems)
         return out
 
 

@@ -313,13 +313,16 @@ class Walk:
     directory's descriptor once it is open (False: do not go into it; not a problem).
     `leaving(fd, rel)`: called with each directory's descriptor before it is closed (for an
     fsync of its entries; `rel` ends with '/', "" for `top`). Problems are in `problems`
-    once it is done."""
+    once it is done: the first `max_problems` of them (a bot can make millions of links),
+    `more_problems` counts the rest."""
 
     top: int
     max_depth: int
     entering: Callable[[int, str], bool] | None = None
     leaving: Callable[[int, str], None] | None = None
+    max_problems: int = 1000
     problems: list[Problem] = field(default_factory=list)
+    more_problems: int = 0
 
     def __iter__(self) -> Iterator[Entry]:
         stack: list[tuple[int, str, int, Iterator[str]]] = []
@@ -399,4 +402,7 @@ class Walk:
         return None
 
     def _problem(self, rel: str, kind: str, reason: str) -> None:
-        self.problems.append(Problem(rel, kind, reason))
+        if len(self.problems) < self.max_problems:
+            self.problems.append(Problem(rel, kind, reason))
+        else:
+            self.more_problems += 1

@@ -271,3 +271,17 @@ def test_a_walk_abandoned_midway_closes_what_it_opened(tmp_path: Path) -> None:
     it.close()  # type: ignore[attr-defined]
     os.close(fd)
     assert len(list(fds())) == before
+
+
+def test_a_walk_keeps_a_bounded_number_of_problems(tmp_path: Path) -> None:
+    top = tmp_path / "t"
+    top.mkdir()
+    for i in range(30):
+        (top / f"link-{i:02}").symlink_to(tmp_path)
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        w = Walk(fd, 4, max_problems=10)
+        assert list(w) == []
+    finally:
+        os.close(fd)
+    assert len(w.problems) == 10 and w.more_problems == 20
