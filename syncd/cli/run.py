@@ -103,8 +103,8 @@ def _metrics_endpoint(node: Node, loop: asyncio.AbstractEventLoop) -> metrics.En
         endpoint = metrics.Endpoint(m.host, m.port, metrics.snapshot_from(node, loop))
     except OSError as e:
         raise StartupError(f"metrics.listen {m.host}:{m.port}: {e.strerror or e}") from None
-    logging.getLogger("syncd").info("metrics on http://%s:%d/metrics",
-                                    f"[{m.host}]" if ":" in m.host else m.host, m.port)
+    base = f"http://{f'[{m.host}]' if ':' in m.host else m.host}:{m.port}"
+    logging.getLogger("syncd").info("status page on %s/, metrics on %s/metrics", base, base)
     return endpoint
 
 
