@@ -18,6 +18,7 @@ from syncd.core.identity import parse_public
 from syncd.core.names import is_valid_name, key_problem, part_problem, printable
 from syncd.core.resources import Rules
 from syncd.core.roots import Layout, RootSpec
+from syncd.core.spot import Spot
 
 
 class ConfigError(SyncdError):
@@ -142,6 +143,11 @@ class Config:
         Raises KeyPathError (a ValueError) saying why when `key` names none."""
         return self.roots.folder(key)
 
+    def key_spot(self, key: str) -> Spot:
+        """The directory of instance `key` as the daemon opens it: from its root's trusted
+        directory, one component at a time (disk/tree.py). KeyPathError as key_dir."""
+        return self.roots.spot(key)
+
     def key_files(self, key: str) -> list[Path]:
         """Existing files of a key under its root (for the offline commands)."""
         d = self.key_dir(key)
@@ -181,7 +187,7 @@ _MQTT = {
     "tls_key_file", "subscribe_qos", "max_queued_bytes",
 }
 _KEY = {"files", "role", "writers", "resources"}
-_RESOURCES = {"enabled", "include", "exclude", "replaced", "max_file_bytes"}
+_RESOURCES = {"enabled", "include", "exclude", "replaced", "max_file_bytes", "max_depth"}
 _LIMITS = {"requests_per_second", "request_burst", "bytes_per_second", "byte_burst"}
 _GROUP = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?")
 _PREFIX = re.compile(r"[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*")
@@ -547,7 +553,8 @@ def _resources(parent: _Reader, table: Any, path: Path, text: str, dotted: str,
                                     "(no leading '/', no '..')")
     return Rules(include=globs["include"], exclude=globs["exclude"],
                  replaced=globs["replaced"],
-                 max_file_bytes=r.integer("max_file_bytes", base.max_file_bytes, 0, 1 << 40))
+                 max_file_bytes=r.integer("max_file_bytes", base.max_file_bytes, 0, 1 << 40),
+                 max_depth=r.integer("max_depth", base.max_depth, 1, 256))
 
 
 def _limits(top: _Reader, lim: _Reader) -> Limits:

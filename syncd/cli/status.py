@@ -118,6 +118,12 @@ def _resources(status: dict[str, Any]) -> list[str]:
                          "the other is fetched")
         for x in r["refused"]:
             lines.append(f"{r['key']}/resources/{x['name']}: not replicated: {x['reason']}")
+        for p in r.get("skipped_paths", []):  # links, devices, unreadable or too deep
+            lines.append(f"{r['key']}/resources/{p['path']}: not followed ({p['kind']}): "
+                         f"{p['reason']}")
+        more = r.get("skipped_paths_count", 0) - len(r.get("skipped_paths", []))
+        if more > 0:
+            lines.append(f"{r['key']}/resources: and {more} more not followed (see --json)")
         for t in r["fetching"]:
             lines.append(f"{r['key']}/resources/{t['name']}: "
                          f"{'comparing with' if t['compare'] else 'fetching from'} "
@@ -253,6 +259,12 @@ def render(status: dict[str, Any]) -> str:
                for peer, b in status.get("peer_budgets", {}).items() if b["dropped_requests"]]
     if dropped:
         lines += ["", *dropped]
+    unsafe = status.get("unsafe_paths", {})
+    if unsafe.get("total"):
+        kinds = ", ".join(f"{n} {k}" for k, n in unsafe["by_kind"].items())
+        lines += ["", f"{unsafe['total']} entries below the roots refused, never followed "
+                      f"({kinds})"]
+        lines += [f"  {u['path']}: {u['reason']}" for u in unsafe.get("recent", [])[:5]]
     if status.get("skipped", []):
         lines.append("")
     for s in status.get("skipped", []):

@@ -54,6 +54,9 @@ DEFAULT_REPLACED = ("*.json", "*.view")
 # `<name>.json.<uuid>.tmp`) and syncd's own (`.<name>.syncd.tmp`) are never complete files.
 TEMP_PATTERNS = ("*.tmp",)
 MAX_FILE_BYTES = 32 << 20
+# Directories below resources/ that a scan goes into ([resources] max_depth): Ishiki's deepest
+# is 2 (artifacts/shake/); a bot-made tree deeper than this is shown, not walked.
+MAX_DEPTH = 32
 # Files fetched at once per instance: one of any size, more (up to MAX_TRANSFERS) only while
 # what they all still need fits in one fetch window. Many small files go in parallel; big ones
 # keep at most a window in flight, as the log's fetch does: a broker drops what overflows a
@@ -84,6 +87,7 @@ class Rules:
     exclude: tuple[str, ...] = DEFAULT_EXCLUDE
     replaced: tuple[str, ...] = DEFAULT_REPLACED
     max_file_bytes: int = MAX_FILE_BYTES
+    max_depth: int = MAX_DEPTH
 
     def kind(self, name: str) -> FileKind | None:
         """The rule for `name` (a path relative to resources/), None: it does not travel."""
@@ -180,6 +184,17 @@ class InstallFailed:
 
 
 @dataclass(frozen=True, slots=True)
+class ServeFailed:
+    """A Serve was not carried out: the file is not what was announced any more (it changed,
+    or its path now goes through a link). The shell looks at it again; the asker is told."""
+
+    peer: str
+    name: str
+    digest: bytes
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class Compared:
     """Our bytes at the offset of a peer's chunk (Compare effect): the first difference, if any."""
 
@@ -190,7 +205,7 @@ class Compared:
 
 
 Event = (LocalFile | LocalGone | PeerItem | PeerPresence | Connected | Tick | Installed
-         | InstallFailed | Compared)
+         | InstallFailed | Compared | ServeFailed)
 
 
 # --- effects -------------------------------------------------------------------------------
@@ -446,6 +461,11 @@ class ResourceMachine:
                 self.waiting.add(name)
             case Compared():
                 self._on_compared(event, now, out)
+            case ServeFailed(peer, name, digest, reason):
+                # Not "other bytes held": what we hold is unknown until the shell's rescan,
+                # which announces it. The asker forgets our entry and asks again from there.
+                out.append(Send(Kind.RREFUSE, frames.ResRefuse(name, digest, None, reason),
+                                peer))
         if self._changed:
             for part in _parts(self._changed):
                 out.append(Send(Kind.RHAVE, frames.res_have(False, part)))

@@ -42,12 +42,14 @@ from syncd.core.machine import Tuning
 from syncd.core.names import printable
 from syncd.core.roots import MAX_DEPTH, KeyPathError
 from syncd.core.telemetry import Telemetry
+from syncd.core.unsafe import UnsafePaths
 from syncd.daemon import logs
 from syncd.daemon.replica import Replica
 from syncd.daemon.resourcehub import RESOURCE_KINDS, ResourceHub
 from syncd.daemon.scrub import scrub_forever
 from syncd.daemon.window import BatchWindow
-from syncd.disk.discovery import Scanner, Skipped, linked_component, root_problems
+from syncd.disk import tree
+from syncd.disk.discovery import Scanner, Skipped, root_problems
 from syncd.disk.epoch import next_epoch
 from syncd.disk.groupsync import GroupSync
 from syncd.disk.keyfile import load_identity
@@ -144,7 +146,8 @@ class Node:
         self._positions = PositionSender(
             lambda item: self._outbox.add(frames.all_topic(self._prefix, self.node), "", item),
             self._publish_retained)
-        self._watcher = Watcher(config.roots.watch_dirs(), self._on_hint, self._on_overflow)
+        self._watcher = Watcher(config.roots.watch_dirs(), self._on_hint, self._on_overflow,
+                                max_depth=watch_depth(config))
         # Local changes gather for batch_window while appends keep coming (window.py).
         self._window: BatchWindow[Replica] = BatchWindow(
             config.batch_window, Replica.hint_local, self._watcher.hold, self._watcher.drain,
@@ -155,6 +158,8 @@ class Node:
         self.telemetry = Telemetry(time.monotonic())
         self._chores: set[asyncio.Task[None]] = set()  # referenced until done (asyncio docs)
         self.budgets = Budgets(config.limits)  # what each peer's requests may cost us
+        # Links, devices, unreadable or too deep directories met below the roots (unsafe.py).
+        self.unsafe = UnsafePaths()
         self.resources = ResourceHub(self)  # each instance's resources/ (resourcehub.py)
 
     # --- Host protocol for replicas ---------------------------------------------------------
@@ -218,6 +223,12 @@ class Node:
 
     def missing_resources(self, key: str, refs: Iterable[str]) -> tuple[list[str], int, int]:
         return self.resources.missing(key, refs)
+
+    def note_unsafe(self, path: str, kind: str, reason: str) -> None:
+        """An entry below a root refused (never followed): counted, logged once, shown."""
+        if self.unsafe.note(path, kind, reason):
+            log.error("%s: %s (refused: syncd reads, serves and writes nothing through it; "
+                      "shown in status under unsafe_paths)", path, reason)
 
     def durable(self, key: str, file: str, size: int) -> None:
         self.telemetry.durable(key, file, size, time.time(), time.monotonic())
@@ -409,13 +420,14 @@ class Node:
             except KeyPathError as e:
                 self._refuse(key, e.reason)
                 return None
-            linked = linked_component(root.path, parts)
+            spot = root.spot_of(parts)
+            linked = tree.linked_component(spot)
             if linked is not None:
-                # A key must be a directory of its own under its root, not a way out of it.
+                # A key must be a directory of its own under its root, not a way out of it
+                # (and every open goes through its levels again: disk/tree.py).
                 self._refuse(key, f"{printable(str(linked))} is a symbolic link (not followed)")
                 return None
-            folder = self.config.key_dir(key)
-            r = Replica(self, key, file, folder / file)
+            r = Replica(self, key, file, spot / file)
             self.replicas[(key, file)] = r
             self._by_path[str(r.path)] = r
             # The replica's task inherits this context: its log lines carry key and file as
@@ -734,10 +746,22 @@ class Node:
             "uptime_s": round(time.time() - self.started, 1),
             "files": files,
             "resources": self.resources.status(),
+            # Entries below the roots refused as links, devices, ... (syncd/core/unsafe.py).
+            "unsafe_paths": self.unsafe.status(),
             # Directories that would be instances but cannot be replicated: `syncd status`
             # shows each as state "error" with its reason.
             "skipped": skipped,
         }
+
+
+def watch_depth(config: Config) -> int:
+    """Levels below a watched directory worth a watch: a glob's levels down to its roots,
+    the instances (MAX_DEPTH), resources/ and as deep as its scans go ([resources]
+    max_depth). Deeper, nothing is replicated: a bot-made tree costs no watches there."""
+    rules = [config.resources, *(k.resources for k in config.keys.values())]
+    walk = max((r.max_depth for r in rules if r is not None), default=0)
+    roots = max((1 + len(s.tail) for s in config.roots.specs if s.is_glob), default=0)
+    return roots + MAX_DEPTH + 1 + walk
 
 
 def _same_file(a: str | Path, b: str | Path) -> bool:

@@ -143,9 +143,19 @@ def families(status: Status) -> list[Metric]:
         labels=["key", "file"])
     res_files = GaugeMetricFamily("syncd_resource_files", "complete resource files held",
                                   labels=["key"])
+    skipped_paths = GaugeMetricFamily(
+        "syncd_resource_skipped_paths", "entries under an instance's resources/ its last scan "
+        "did not follow or read (links, devices, unreadable or too deep directories)",
+        labels=["key"])
     for r in res:
         conflicts.add_metric([r["key"]], len(r["conflicts"]))
         res_files.add_metric([r["key"]], r["files"])
+        skipped_paths.add_metric([r["key"]], r.get("skipped_paths_count", 0))
+    unsafe = CounterMetricFamily(
+        "syncd_unsafe_paths", "entries below the roots refused, never followed, by kind "
+        "(each path counted once; syncd status lists the latest)", labels=["kind"])
+    for kind, n in status.get("unsafe_paths", {}).get("by_kind", {}).items():
+        unsafe.add_metric([kind], n)
     for f in status.get("files", []):
         missing.add_metric([f["key"], f["file"]], f.get("missing_resources", 0))
     build = GaugeMetricFamily("syncd_build_info", "always 1; the labels say what runs",
@@ -153,7 +163,7 @@ def families(status: Status) -> list[Metric]:
     build.add_metric([__version__, platform.python_version()], 1)
     return [build, connected, reconnects, info, switches, queued, dropped, rejected, online,
             by_state, diverged, unreplicated, size, ready, behind, lag, lag_s, requests,
-            conflicts, missing, res_files, *counters.values(),
+            conflicts, missing, res_files, skipped_paths, unsafe, *counters.values(),
             *traffic(status.get("telemetry", {}))]
 
 

@@ -97,3 +97,22 @@ def test_the_resource_simulator_sees_a_machine_that_overwrites(
                 caught = str(v)
                 break
     assert caught is not None
+
+
+def test_the_resource_simulator_sees_files_announced_before_they_are_durable(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue #23 case 8: a shell that announces the files it hashed without syncing them (the
+    file, then its directory) is caught at a power cut, which can bring such a file back empty
+    or old, to be announced above the version every standby holds."""
+    from tests.sim import resworld
+
+    monkeypatch.setattr(resworld.ResWorld, "sync_before_announce", False)
+    caught = None
+    for seed in range(RESOURCE_SEEDS):
+        try:
+            resworld.run_seed(seed)
+        except resworld.Violation as v:
+            if "before it was durable" in str(v):
+                caught = str(v)
+                break
+    assert caught is not None
