@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -30,6 +29,7 @@ from pathlib import Path
 import orjson
 
 from syncd.core.logcheck import LogChecker, Report
+from syncd.daemon import longline
 from syncd.disk import store
 
 log = logging.getLogger("syncd.readiness")
@@ -46,7 +46,7 @@ LONG_LINE_RETRY = 60.0  # seconds before a failed check of a long line is tried 
 
 
 class IncrementalVerifier:
-    def __init__(self, path: Path, state_file: Path) -> None:
+    def __init__(self, path: store.Where, state_file: Path) -> None:
         self.path = path
         self.state_file = state_file
         self.checker = LogChecker(HOLD)
@@ -179,9 +179,9 @@ class IncrementalVerifier:
         start, length = waiting
         try:
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "syncd.daemon.longline", os.fspath(self.path), str(start),
-                str(length), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE)
+                sys.executable, "-m", "syncd.daemon.longline", str(start), str(length),
+                *longline.where_args(self.path), stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
             try:
                 out, err = await proc.communicate(state)
             finally:

@@ -27,9 +27,9 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from syncd.disk import store
+from syncd.disk.store import Where
 
 log = logging.getLogger("syncd.groupsync")
 
@@ -46,16 +46,16 @@ def disk_is_fast() -> bool:
     return _sync_ns < INLINE_SYNC_NS
 
 
-def sync_dir(path: Path) -> None:
+def sync_dir(path: Where) -> None:
     """fsync a directory: the entries syncd created in it (a new file, a new folder)."""
     with contextlib.suppress(FileNotFoundError):
         store.sync_dir(path)
 
 
-def sync_files(paths: Iterable[Path], dirs: Iterable[Path] = ()) -> dict[Path, OSError]:
+def sync_files(paths: Iterable[Where], dirs: Iterable[Where] = ()) -> dict[Where, OSError]:
     """fdatasync each file, then fsync each directory; the errors, by path."""
     global _sync_ns
-    errors: dict[Path, OSError] = {}
+    errors: dict[Where, OSError] = {}
     for path in paths:
         started = time.monotonic_ns()
         try:
@@ -76,8 +76,8 @@ class Job:
     """One file to make durable, and the directories that must be durable with it."""
 
     loop: asyncio.AbstractEventLoop
-    path: Path
-    dirs: set[Path]
+    path: Where
+    dirs: set[Where]
     futures: list[asyncio.Future[None]] = field(default_factory=list)
     done: threading.Event = field(default_factory=threading.Event)
     error: OSError | None = None  # set by the worker
@@ -91,13 +91,14 @@ class GroupSync:
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        self._queued: dict[Path, Job] = {}  # waiting for a thread, in order (under _cond)
+        self._queued: dict[Where, Job] = {}  # waiting for a thread, in order (under _cond)
         self._threads: list[threading.Thread] = []
         self._idle = 0  # threads waiting for work (under _cond)
         self._closing = False
         self._slow_logged = -60.0
 
-    async def sync(self, path: Path, dirs: Iterable[Path] = (), inline: bool = False) -> None:
+    async def sync(self, path: Where, dirs: Iterable[Where] = (), inline: bool = False
+                   ) -> None:
         """Make `path` durable, and `dirs` (where syncd created `path` or its folders).
 
         `inline`: a lone small sync; when a thread is idle and the disk fast, the loop waits
@@ -150,7 +151,7 @@ class GroupSync:
     def _sync(self, group: list[Job]) -> None:
         started = time.monotonic()
         errors = sync_files([j.path for j in group],
-                            sorted({d for j in group for d in j.dirs}))
+                            sorted({d for j in group for d in j.dirs}, key=str))
         took = time.monotonic() - started
         if took > SLOW_SYNC and started >= self._slow_logged + 60:
             self._slow_logged = started
