@@ -11,6 +11,7 @@ from pathlib import Path
 
 import orjson
 
+from syncd.core.spot import Spot
 from syncd.daemon.logfollow import IncrementalVerifier
 from tests.support.ishiki import ishiki_lines
 
@@ -68,7 +69,8 @@ def test_a_200_mib_unfinished_line_costs_bounded_memory_and_never_holds_the_loop
     unfinished = log_file.stat().st_size
 
     async def scenario() -> tuple[int, float, float]:
-        verifier = IncrementalVerifier(log_file, state)
+        # Reached as the daemon reaches it: from the root, one component at a time.
+        verifier = IncrementalVerifier(Spot(tmp_path, (log_file.name,)), state)
         gaps: list[float] = []
         tracemalloc.start()
         try:
