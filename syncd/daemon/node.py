@@ -40,6 +40,7 @@ from syncd.core.freshness import ReplayGuard
 from syncd.core.identity import Identity, IdentityError
 from syncd.core.machine import Tuning
 from syncd.core.names import printable
+from syncd.core.oslimits import shortfalls
 from syncd.core.roots import MAX_DEPTH, KeyPathError
 from syncd.core.telemetry import Telemetry
 from syncd.daemon import logs
@@ -47,6 +48,7 @@ from syncd.daemon.replica import Replica
 from syncd.daemon.resourcehub import RESOURCE_KINDS, ResourceHub
 from syncd.daemon.scrub import scrub_forever
 from syncd.daemon.window import BatchWindow
+from syncd.disk import oslimits
 from syncd.disk.discovery import Scanner, Skipped, linked_component, root_problems
 from syncd.disk.epoch import next_epoch
 from syncd.disk.groupsync import GroupSync
@@ -266,6 +268,8 @@ class Node:
         self._discover()
         if self.config.watch:
             self._watcher.start()
+            for warning in self.limit_warnings():
+                log.warning("%s", warning)
         else:
             log.info("watch = false: changes are found by the stat sweep every %.2gs",
                      self.config.sweep_interval)
@@ -703,6 +707,32 @@ class Node:
 
     # --- control socket ---------------------------------------------------------------------
 
+    def limit_warnings(self) -> list[str]:
+        """The kernel's limits that the roots need more of (core/oslimits.py)."""
+        if not self.config.watch:
+            return []
+        w = self._watcher
+        found = shortfalls(oslimits.inotify_limits(), w.needed, w.unwatched)
+        return [*found, w.no_instance] if w.no_instance else found
+
+    def os_limits(self) -> dict[str, Any]:
+        """What status and the metrics show of the kernel's limits at scale (README, Limits):
+        inotify's watches and instances, and this process's file descriptors."""
+        limits = oslimits.inotify_limits()
+        open_now, soft, hard = oslimits.open_files()
+        w = self._watcher
+        return {
+            "inotify": {
+                "enabled": self.config.watch and w.active,
+                "watches": w.watched,  # directories under watch
+                "watches_needed": w.needed if self.config.watch else 0,  # one per directory
+                "max_user_watches": limits.max_user_watches,
+                "max_user_instances": limits.max_user_instances,
+                "warnings": self.limit_warnings(),
+            },
+            "open_files": {"open": open_now, "limit": soft, "hard_limit": hard},
+        }
+
     def status(self) -> dict[str, Any]:
         files = [r.status() for _, r in sorted(self.replicas.items())]
         skipped = [s.to_json() for s in self.skipped]
@@ -737,6 +767,7 @@ class Node:
             # Directories that would be instances but cannot be replicated: `syncd status`
             # shows each as state "error" with its reason.
             "skipped": skipped,
+            **self.os_limits(),
         }
 
 
