@@ -64,7 +64,7 @@ def shortfalls(limits: InotifyLimits, directories: int, unwatched: int = 0,
             f"inotify watch: this user's watches ({WATCHES}"
             f"{f' = {watches}' if watches is not None else ''}) are used up, by other "
             f"processes of the same user too; changes there are found by the sweep only, "
-            f"late; {how_to_raise(WATCHES, suggested(directories + (watches or 0)))}")
+            f"late; {how_to_raise(WATCHES, suggested(max(directories, watches or 0)))}")
     if limits.max_user_instances is not None and limits.max_user_instances < instances:
         found.append(
             f"{INSTANCES} is {limits.max_user_instances}: syncd needs {instances} inotify "
@@ -81,11 +81,13 @@ def no_instance(limits: InotifyLimits, open_files: int, open_files_limit: int | 
     if open_files_limit is not None and open_files >= open_files_limit - 1:
         cause = (f"this process has {open_files} of its {open_files_limit} file descriptors "
                  "open: raise LimitNOFILE= in the unit (systemctl edit syncd)")
+    elif (have := limits.max_user_instances) is not None and have < INSTANCES_NEEDED:
+        cause = (f"{INSTANCES} is {have}; "
+                 f"{how_to_raise(INSTANCES, suggested(INSTANCES_NEEDED, 128))}")
     else:
-        have = limits.max_user_instances
         cause = (f"this user's inotify instances ({INSTANCES}"
                  f"{f' = {have}' if have is not None else ''}) are all in use, by other "
                  f"processes of the same user; "
-                 f"{how_to_raise(INSTANCES, suggested((have or 64) + INSTANCES_NEEDED, 128))}")
+                 f"{how_to_raise(INSTANCES, suggested(max(have or 0, INSTANCES_NEEDED), 128))}")
     return (f"cannot watch the runtimes roots ({error}): {cause}. Until then changes are "
             "found by the sweep only, late; syncd tries again at every directory scan")

@@ -267,8 +267,9 @@ class Node:
         self.check_dirs()
         self._discover()
         if self.config.watch:
-            self._watcher.start()
-            for warning in self.limit_warnings():
+            self._watcher.start()  # says itself when it gets no inotify instance
+            w = self._watcher
+            for warning in shortfalls(oslimits.inotify_limits(), w.needed, w.unwatched):
                 log.warning("%s", warning)
         else:
             log.info("watch = false: changes are found by the stat sweep every %.2gs",
