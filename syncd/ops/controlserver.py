@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from syncd.core.selection import MAX_SELECTORS, narrow, problem
+from syncd.core.selection import MAX_SELECTORS, matching, narrow, problem
 
 if TYPE_CHECKING:
     from syncd.daemon.node import Node
@@ -143,16 +143,18 @@ class _TooLong(Exception):
     pass
 
 
-def _status_reply(status: dict[str, Any], select: object) -> dict[str, Any]:
-    """`status`, narrowed to what the request's `select` (selectors, selection.py) names: a
-    `status --ready --wait` that polls a few keys of thousands gets those only."""
+def _status_reply(node: Node, select: object) -> dict[str, Any]:
+    """`status`, of what the request's `select` (selectors, selection.py) names: a `status
+    --ready --wait` that polls a profile of a host with thousands of keys costs the daemon
+    that profile's files only."""
     if select is None:
-        return {"ok": True, "status": status}
+        return {"ok": True, "status": node.status()}
     if (not isinstance(select, list) or len(select) > MAX_SELECTORS
             or not all(isinstance(s, str) and problem(s) is None for s in select)):
         return {"ok": False, "error": f"select: a list of at most {MAX_SELECTORS} selectors "
                                       "(non-empty strings) expected"}
-    return {"ok": True, "status": narrow(status, select)}
+    return {"ok": True, "status": narrow(node.status(lambda key: matching(select, key)),
+                                         select)}
 
 
 class ControlServer:
@@ -265,7 +267,7 @@ class ControlServer:
                 await self._reply(writer, {"ok": False, "error": denied})
                 return
         if cmd == "status":
-            reply: dict[str, Any] = _status_reply(self.node.status(), request.get("select"))
+            reply: dict[str, Any] = _status_reply(self.node, request.get("select"))
         elif cmd == "adopt":
             reply = await self._adopt(request, writer)
         elif cmd == "reload":

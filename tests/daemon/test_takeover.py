@@ -197,3 +197,31 @@ def test_selectors_in_status_text_json_and_the_control_request(
             assert "select: a list of at most 1000 selectors" in str(e)
         else:
             raise AssertionError(f"select={bad!r} was accepted")
+
+
+def test_a_new_standby_hears_of_every_key_past_the_brokers_queue(
+    tmp_path: Path, make_daemon: Callable[..., Daemon]
+) -> None:
+    """A profile of more files than the broker queues for a client: the retained positions
+    (one MQTT message per file) past its queue are dropped, and a standby that held none of
+    the keys used to hear of the first ones only and call the profile READY without the
+    rest. Every position now also goes in the batch when a peer comes online."""
+    broker = Broker(tmp_path / "small-queue", max_queued_messages=10,
+                    extra="max_inflight_messages 10\n")
+    broker.start()
+    try:
+        a, b = hosts(make_daemon, broker)
+        keys = [f"chat_{i:03d}" for i in range(80)]  # 8 times what the broker queues
+        for rel in keys:
+            append(memory(a, "alice", rel), turns(1))
+        a.start()
+        wait_until(lambda: len(ready_keys(a)) == len(keys), 30, "a ready for every key")
+        b.start()
+        wait_until(lambda: len(b.status()["files"]) == len(keys), 30,
+                   f"b to hear of all {len(keys)} keys")
+        done = status_of(b, "--ready", "--wait", "30", "alice")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert done.stdout == f"alice: ready ({len(keys)} keys, {len(keys)} files)\n"
+        assert identical(a, b, "alice", keys)
+    finally:
+        broker.stop()

@@ -158,7 +158,7 @@ class Clock:
 
 
 def waiting(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, answers: list[Any],
-            *args: str) -> tuple[Any, Clock, list[dict[str, Any]]]:
+            *args: str, answer_seconds: float = 0.0) -> tuple[Any, Clock, list[dict[str, Any]]]:
     config = tmp_path / "syncd.toml"
     (tmp_path / "rt").mkdir(exist_ok=True)
     config.write_text('node = "b"\nruntimes_dir = "rt"\nstate_dir = "st"\n')
@@ -167,6 +167,7 @@ def waiting(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, answers: list[Any],
 
     def query(_path: Path, cmd: str, **kw: Any) -> dict[str, Any]:
         asked.append({"cmd": cmd, **kw})
+        clock.now += answer_seconds
         answer = answers.pop(0) if len(answers) > 1 else answers[0]
         if isinstance(answer, Exception):
             raise answer
@@ -191,6 +192,18 @@ def test_wait_exits_0_as_soon_as_everything_named_is_ready(
     assert clock.slept == [status_cli.POLL_SECONDS] * 2
     assert result.stdout == "alice/*: ready (2 keys, 2 files)\n"
     assert "READY after 1.0s" in result.stderr
+
+
+def test_a_slow_answer_is_asked_for_less_often(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    behind = profile({"alice/main": False})
+    ready = profile({"alice/main": True})
+    # Thousands of files: the daemon takes 0.4 s to answer (on its event loop).
+    result, clock, _ = waiting(monkeypatch, tmp_path, [behind, behind, ready], "--ready",
+                               "--wait", "60", "alice", answer_seconds=0.4)
+    assert result.exit_code == 0
+    assert clock.slept == [pytest.approx(1.6)] * 2
 
 
 def test_wait_exits_1_at_the_deadline_with_the_reasons(
