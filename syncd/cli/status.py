@@ -331,7 +331,9 @@ def ready_text(verdict: Takeover) -> str:
             lines.append(f"{sel}: ready ({counted})")
         else:
             unready = n.unready
-            lines.append(f"{sel}: NOT READY ({len(unready)} of {counted} not ready)")
+            lines.append(f"{sel}: NOT READY ({len(unready)} of {files} file"
+                         f"{'s' if files != 1 else ''} not ready, {keys} key"
+                         f"{'s' if keys != 1 else ''})")
             for f in unready[:SHOWN]:
                 lines.extend(f"  {safe(f.key)}/{safe(f.file)}: {safe(r)}" for r in f.reasons)
             if len(unready) > SHOWN:

@@ -115,7 +115,7 @@ def profile(ready: dict[str, bool]) -> dict[str, Any]:
 def test_ready_text_for_a_profile_and_for_keys() -> None:
     doc = profile({"alice/main": True, "alice/g1": False, "alice/g2": True, "bob/main": True})
     assert ready_report(doc, ["alice/*", "bob", "bob/main", "zz", "z*"]) == (False, "\n".join([
-        "alice/*: NOT READY (1 of 3 keys, 3 files not ready)",
+        "alice/*: NOT READY (1 of 3 files not ready, 3 keys)",
         "  alice/g1/events.jsonl: a holds 12 more bytes since 2026-11-30 14:05:29Z",
         "bob: ready (1 key, 1 file)",
         "bob/main: ready",
@@ -130,7 +130,7 @@ def test_ready_text_lists_the_first_files_not_ready_of_many() -> None:
     doc = profile({f"alice/g{i:02d}": False for i in range(25)})
     ok, text = ready_report(doc, ["alice"])
     lines = text.splitlines()
-    assert not ok and lines[0] == "alice: NOT READY (25 of 25 keys, 25 files not ready)"
+    assert not ok and lines[0] == "alice: NOT READY (25 of 25 files not ready, 25 keys)"
     assert len(lines) == 1 + status_cli.SHOWN + 1
     assert lines[-1] == "  ... and 5 more files not ready (syncd status --problems 'alice')"
 
