@@ -90,7 +90,7 @@ def test_wait_returns_once_the_profile_is_complete_and_ready(
     write(a, 20)
     in_sync(a, b)
     b.stop()
-    write(a, 2000)  # 0.8 MB per key that b lacks when it comes back
+    write(a, 300)  # 120 kB per key that b lacks when it comes back
     # The bot's unit on b asks before syncd there runs: it waits, also for syncd.
     waiting = subprocess.Popen(
         [sys.executable, "-m", "syncd", "status", "--config", str(b.config), "--ready",

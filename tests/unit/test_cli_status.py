@@ -284,3 +284,13 @@ def test_select_names_profiles_and_globs() -> None:
     assert [f["key"] for f in select(STATUS, ["bot-*"], False)["files"]] == [
         "bot-1", "bot-2", "bot-3"]
     assert [f["key"] for f in select(STATUS, ["bot-[12]"], True)["files"]] == []
+
+
+def test_render_shows_a_limit_warning_before_the_summary() -> None:
+    warned = {**STATUS, "inotify": {"warnings": ["fs.inotify.max_user_watches is 8192, fewer "
+                                                 "than the 12034 directories ..."]}}
+    lines = render(warned).splitlines()
+    assert lines[-3:] == ["warning: fs.inotify.max_user_watches is 8192, fewer than the 12034 "
+                          "directories ...", "",
+                          "3 files: 1 ahead, 1 behind, 1 in_sync; 2 ready to take over"]
+    assert "warning" not in render(STATUS)
