@@ -8,7 +8,7 @@ directory that cannot be replicated, with the reason (a name that is not UTF-8, 
 link, too deep, unreadable), and the directories the watcher will watch against the kernel's
 inotify limits, warning with the sysctl to raise when they are too low (core/oslimits.py).
 Permissions are those of the user running the check, so run it as the service's user. With
---broker it also connects and sends probes (brokercheck.py). Exit 0 usable (warnings
+--broker it also connects and sends probes (ops/brokercheck.py). Exit 0 usable (warnings
 included), 1 the broker check failed, 2 the config is not usable (every problem on its own
 line).
 """
@@ -30,6 +30,7 @@ from syncd.core.identity import IdentityError
 from syncd.core.names import printable
 from syncd.core.oslimits import INSTANCES, WATCHES, shortfalls
 from syncd.core.roots import MAX_DEPTH
+from syncd.daemon.node import watch_depth
 from syncd.disk.discovery import Scanner, root_problems
 from syncd.disk.keyfile import load_identity
 from syncd.disk.oslimits import count_directories, inotify_limits
@@ -131,7 +132,7 @@ def survey(config: Config) -> list[str]:
 
 def watch_survey(config: Config) -> tuple[str, list[str]]:
     """The directories the watcher needs a watch for, the limits, and any shortfall."""
-    directories = count_directories(config.roots.watch_dirs())
+    directories = count_directories(config.roots.watch_dirs(), watch_depth(config))
     limits = inotify_limits()
 
     def shown(value: int | None) -> str:

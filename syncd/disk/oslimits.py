@@ -8,13 +8,14 @@ one met first. Open files: this process's descriptors and RLIMIT_NOFILE (LimitNO
 
 from __future__ import annotations
 
-import contextlib
 import os
 import resource
 from collections.abc import Iterable
 from pathlib import Path
 
 from syncd.core.oslimits import InotifyLimits
+from syncd.core.spot import Spot
+from syncd.disk import tree
 
 PROC_SYS = Path("/proc/sys")
 
@@ -54,16 +55,26 @@ def open_files() -> tuple[int, int | None, int | None]:
     return count, known(soft), known(hard)
 
 
-def count_directories(tops: Iterable[Path]) -> int:
-    """The directories the watcher would watch below `tops` (each top included): every one
-    it can read, reached through no symbolic link, as disk/watcher.py walks them."""
+def count_directories(tops: Iterable[Path], max_depth: int) -> int:
+    """The directories the watcher would watch below `tops` (each top included), down to
+    `max_depth` levels: the same walk as disk/watcher.py's (tree.py: no symbolic link
+    followed, unreadable ones left out)."""
     count = 0
-    stack = [os.fsencode(t) for t in tops if t.is_dir() and not t.is_symlink()]
-    while stack:
-        folder = stack.pop()
-        if not os.access(folder, os.R_OK | os.X_OK):
-            continue
+
+    def entering(_fd: int, _rel: str) -> bool:
+        nonlocal count
         count += 1
-        with contextlib.suppress(OSError), os.scandir(folder) as entries:
-            stack.extend(e.path for e in entries if e.is_dir(follow_symlinks=False))
+        return True
+
+    for top in tops:
+        try:
+            fd = tree.open_dir(Spot(top, ()))
+        except (OSError, ValueError):
+            continue  # missing, a link, unreadable: not watched either
+        try:
+            count += 1
+            for _entry in tree.Walk(fd, max_depth, entering=entering):
+                pass
+        finally:
+            os.close(fd)
     return count

@@ -73,5 +73,6 @@ def test_directories_are_counted_as_the_watcher_walks_them(tmp_path: Path) -> No
     (root / "a" / "events.jsonl").write_bytes(b"")
     (root / "link").symlink_to(tmp_path)  # not followed, not counted
     (tmp_path / "elsewhere").mkdir()
-    assert count_directories([root]) == 8  # rt a resources artifacts b c d e
-    assert count_directories([root / "missing"]) == 0
+    assert count_directories([root], 64) == 8  # rt a resources artifacts b c d e
+    assert count_directories([root], 1) == 4  # rt a b c: the watcher's max_depth
+    assert count_directories([root / "missing"], 64) == 0

@@ -105,4 +105,4 @@ def test_the_bot_drop_in_waits_for_syncd_and_is_shipped() -> None:
         "TimeoutStartSec=360",
     ]
     build = (TOP / "packaging" / "build-deb").read_text()
-    assert "systemd/wait-for-syncd.conf" in build and "docs/takeover.md" in build
+    assert "systemd/wait-for-syncd.conf" in build and "docs/*.md" in build
