@@ -56,6 +56,19 @@ class PositionSender:
         back goes now."""
         self._retain_due(everything=True)
 
+    def announce_everything(self) -> None:
+        """A peer has just come online: every file's newest position goes in the batch too.
+        The broker hands it our retained ones, one MQTT message per file, and drops those
+        past its queue (Mosquitto: max_queued_messages, 1000 by default): a new host would
+        never hear of the idle files past it. The batch carries hundreds per message. (An
+        answer to an adopting peer is not repeated: it was meant for that moment.)"""
+        for (key, file), ann in self._pacer.latest():
+            if not ann.answers and (key, file) not in self._held:
+                self._held[(key, file)] = frames.Item(Kind.POS, ann, key, file)
+        if self._held and self._held_timer is None:
+            self._held_timer = asyncio.get_running_loop().call_later(
+                POSITION_TICK, self._release_held)
+
     def forget(self) -> None:
         """A new broker connection (it may have lost our retained positions): every file's
         next announcement is retained at once."""

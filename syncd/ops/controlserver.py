@@ -1,7 +1,8 @@
 """Server side of the control socket (`<state_dir>/syncd.sock`): status, adopt, reload.
 
 One JSON request line per connection, then JSON reply lines (adopt streams its progress, then
-its result); the client side is syncd/ops/control.py.
+its result); the client side is syncd/ops/control.py. A `status` request may carry `select`,
+a list of selectors (core/selection.py): the reply then holds only the files they name.
 
 Who may do what. The socket is mode 0660, so only root, the daemon's user and members of its
 group can connect at all. Then the kernel says who connected (SO_PEERCRED, and SO_PEERGROUPS
@@ -46,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from syncd.core.selection import MAX_SELECTORS, matching, narrow, problem
 from syncd.ops.statusreply import StatusReplies
 
 if TYPE_CHECKING:
@@ -185,6 +187,22 @@ def admission(uid: int, own_uid: int, open_total: int, open_of_uid: int
     if open_total >= limit:
         return True, f"too many control connections ({MAX_CONNECTIONS} busy); try again"
     return None
+
+async def _status_reply(node: Node, replies: StatusReplies, select: object, urgent: bool
+                        ) -> dict[str, Any] | bytes:
+    """`status`: the whole document (shared by every request waiting: statusreply.py), or of
+    what the request's `select` (selectors, selection.py) names: a `status --ready --wait`
+    that polls a profile of a host with thousands of keys costs the daemon that profile's
+    files only. Either way in the same paced queue."""
+    if select is None:
+        return await replies.line(urgent)
+    if (not isinstance(select, list) or len(select) > MAX_SELECTORS
+            or not all(isinstance(s, str) and problem(s) is None for s in select)):
+        return {"ok": False, "error": f"select: a list of at most {MAX_SELECTORS} selectors "
+                                      "(non-empty strings) expected"}
+    status = await replies.selected(lambda: node.status_sliced(lambda key: matching(select, key)),
+                                    urgent)
+    return {"ok": True, "status": narrow(status, select)}
 
 
 class ControlServer:
@@ -331,7 +349,8 @@ class ControlServer:
                 await self._reply(writer, {"ok": False, "error": denied})
                 return
         if cmd == "status":
-            await self._reply(writer, await self._status.line(urgent=conn.uid in (0, os.getuid())))
+            await self._reply(writer, await _status_reply(
+                self.node, self._status, request.get("select"), conn.uid in (0, os.getuid())))
             return
         if cmd == "adopt":
             reply: dict[str, Any] = await self._adopt(request, writer)

@@ -158,13 +158,36 @@ def families(status: Status) -> list[Metric]:
         unsafe.add_metric([kind], n)
     for f in status.get("files", []):
         missing.add_metric([f["key"], f["file"]], f.get("missing_resources", 0))
+    limits = os_limits(status)
     build = GaugeMetricFamily("syncd_build_info", "always 1; the labels say what runs",
                               labels=["version", "python"])
     build.add_metric([__version__, platform.python_version()], 1)
     return [build, connected, reconnects, info, switches, queued, dropped, rejected, online,
             by_state, diverged, unreplicated, size, ready, behind, lag, lag_s, requests,
-            conflicts, missing, res_files, skipped_paths, unsafe, *counters.values(),
+            conflicts, missing, res_files, skipped_paths, unsafe, *counters.values(), *limits,
             *traffic(status.get("telemetry", {}))]
+
+
+def os_limits(status: Status) -> list[Metric]:
+    """The kernel's limits met at scale (core/oslimits.py): inotify's, as status has them. The
+    file descriptors are process_open_fds and process_max_fds (LimitNOFILE=)."""
+    inotify = status.get("inotify")
+    if inotify is None:
+        return []
+    held = GaugeMetricFamily("syncd_inotify_watches", "directories under an inotify watch")
+    held.add_metric([], inotify["watches"])
+    needed = GaugeMetricFamily(
+        "syncd_inotify_watches_needed",
+        "directories under the runtimes roots, one inotify watch each (0 with watch = false)")
+    needed.add_metric([], inotify["watches_needed"])
+    found: list[Metric] = [held, needed]
+    for name, what in (("max_user_watches", "fs.inotify.max_user_watches in force"),
+                       ("max_user_instances", "fs.inotify.max_user_instances in force")):
+        if inotify.get(name) is not None:  # absent when /proc/sys cannot be read
+            family = GaugeMetricFamily(f"syncd_inotify_{name}", what)
+            family.add_metric([], inotify[name])
+            found.append(family)
+    return found
 
 
 def traffic(t: Mapping[str, Any]) -> list[Metric]:
