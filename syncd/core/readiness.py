@@ -183,10 +183,24 @@ def _resources(f: Facts, why: list[str], notes: list[str]) -> None:
                      "host (never fetched by the writer)")
 
 
+LINES_SHOWN = 3
+
+
+def _where(report: Report, kind: str) -> str:
+    """ (at line 12)", " (at lines 12, 40, 41 ...)": where the problems of one kind are, so
+    that the operator can look at them (`syncd verify` lists every one)."""
+    lines = [p.line for p in report.problems if p.kind == kind]
+    if not lines:
+        return ""
+    shown = ", ".join(str(n) for n in lines[:LINES_SHOWN])
+    more = " ..." if len(lines) > LINES_SHOWN or report.problem_counts[kind] > len(lines) else ""
+    return f" (at line {shown})" if len(lines) == 1 and not more else f" (at lines {shown}{more})"
+
+
 def _log_check(f: Facts, why: list[str], notes: list[str]) -> None:
     report = f.report
     if report is not None and not report.clean:
-        kinds = ", ".join(f"{k} {n}" for k, n in report.problem_counts.items())
+        kinds = ", ".join(f"{k} {n}{_where(report, k)}" for k, n in report.problem_counts.items())
         why.append(f"log check found problems: {kinds}")
     if f.checked < f.size or report is None:
         recent = f.checked_at is not None and f.now - f.checked_at < CHECK_GRACE

@@ -188,7 +188,7 @@ def test_start_up_check_trouble_and_adoption() -> None:
 def test_log_check_problems() -> None:
     bad = CLEAN + b"{oops\n"
     why = reasons(facts(size=len(bad), checked=len(bad), report=report_of(bad)))
-    assert why == ["log check found problems: invalid_json 1"]
+    assert why == ["log check found problems: invalid_json 1 (at line 14)"]
 
 
 def test_log_check_behind() -> None:
@@ -217,7 +217,7 @@ def test_turn_in_progress_and_late_narrative_are_notes() -> None:
     after = (json.dumps({"id": "s2", "type": "event", "data": {"type": "turn.start"},
                          "timestamp": 1793531112999, "turnId": "t-2"}) + "\n").encode()
     assert reasons(facts(report=report_of(CLEAN + start + after))) == [
-        "log check found problems: open_turn 1"]
+        "log check found problems: open_turn 1 (at line 14)"]
 
 
 def test_role_replica_and_local_edit_are_notes() -> None:
