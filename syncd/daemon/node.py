@@ -36,10 +36,11 @@ from syncd.core.events import (
     PeerRequest,
 )
 from syncd.core.frames import Channel, FrameError, Kind
-from syncd.core.freshness import ReplayGuard
+from syncd.core.freshness import BEAT_INTERVAL, PeerStreams, ReplayGuard
 from syncd.core.identity import Identity, IdentityError
 from syncd.core.machine import Tuning
 from syncd.core.names import printable
+from syncd.core.readiness import Unconfirmed, when
 from syncd.core.roots import MAX_DEPTH, KeyPathError
 from syncd.core.telemetry import Telemetry
 from syncd.daemon import logs
@@ -67,6 +68,9 @@ SWEEP_FILES = 100  # files stat'ed per sweep while the watcher is on (see _sweep
 # directories are hinted at once) runs every DISCOVER_EVERY-th sweep only.
 DISCOVER_EVERY = 5
 REFUSED_SHOWN = 100  # keys refused (a peer's may be many): status and log name this many
+# A peer may ask us to state every position again (freshness.py): at most once a RESTATE_GAP
+# seconds, however many ask, so that what asking costs us stays bounded.
+RESTATE_GAP = 1.0
 
 
 def _event(kind: Kind, sender: str, body: frames.Payload) -> Event | None:
@@ -138,6 +142,14 @@ class Node:
         self.epoch = 0  # this run's number, counted up in check_dirs()
         self._seq = itertools.count()
         self._guard = ReplayGuard()
+        # Our frames on P/a are numbered (frames.py, `lane`); theirs are followed here.
+        self._lane = 0
+        self._lane_sent_at = 0.0  # loop time of our last frame there (a beat follows a quiet)
+        self._streams = PeerStreams()
+        self._restate_timer: asyncio.TimerHandle | None = None
+        self._restated_at = -RESTATE_GAP
+        self.asks = 0  # asks for a restatement received
+        self.restatements = 0
         self.link = Link(config, self._on_message, self._on_connected, self.seal_presence,
                          self._subscriptions)
         self._outbox = Outbox(self._publish_batch, config.chunk_bytes)
@@ -181,14 +193,21 @@ class Node:
     def _publish_batch(self, topic: str, to: str, items: tuple[frames.Item, ...]) -> None:
         # Live batches at QoS 0: a lost one is a gap the next batch or position reveals (and
         # fetched again), and QoS 1 costs a PUBACK each way per write (README, Topics).
-        self.link.publish(topic, self._seal(topic, items, to=to), qos=1 if to else 0)
+        lane = 0
+        if not to:
+            # Numbered even if the publish is dropped: the peers then see the gap.
+            self._lane += 1
+            lane = self._lane
+            self._lane_sent_at = asyncio.get_running_loop().time()
+        self.link.publish(topic, self._seal(topic, items, to=to, lane=lane),
+                          qos=1 if to else 0)
 
     def _seal(self, topic: str, items: tuple[frames.Item, ...], to: str = "",
-              conn: int | None = None) -> bytes:
+              conn: int | None = None, lane: int = 0) -> bytes:
         """Encode and sign a frame for `topic`, stamped with our run, connection and order."""
         assert self.identity is not None
         frame = frames.Frame(self.node, self.epoch, next(self._seq), time.time_ns() // 1_000_000,
-                             items, to, self.link.conn if conn is None else conn)
+                             items, to, self.link.conn if conn is None else conn, lane)
         return frames.encode(frame, self.identity, topic)
 
     def seal_presence(self, topic: str, online: bool, conn: int) -> bytes:
@@ -218,6 +237,17 @@ class Node:
 
     def missing_resources(self, key: str, refs: Iterable[str]) -> tuple[list[str], int, int]:
         return self.resources.missing(key, refs)
+
+    def unconfirmed_peers(self, key: str) -> list[Unconfirmed]:
+        now = time.time()
+        out = []
+        for node, online in self.presence.items():
+            if not online or not self.config.may_write(key, node):
+                continue
+            c = self._streams.confirmation(node, now)
+            if not c.confirmed:
+                out.append(Unconfirmed(node, c.since, c.why or "unknown"))
+        return out
 
     def durable(self, key: str, file: str, size: int) -> None:
         self.telemetry.durable(key, file, size, time.time(), time.monotonic())
@@ -273,6 +303,7 @@ class Node:
             asyncio.create_task(self.link.run(), name="link"),
             asyncio.create_task(self._sweep_forever(), name="sweep"),
             asyncio.create_task(scrub_forever(self), name="scrub"),
+            asyncio.create_task(self._stream_forever(), name="stream"),
         ]
         for service in self.services:
             await service.start(self.socket_path)
@@ -571,6 +602,10 @@ class Node:
 
     async def _on_connected(self) -> None:
         self._connected_at = time.time()
+        # What every peer sent while we were away is unknown: each is asked to state its
+        # positions again (the presence we are about to read may be old: ask them all).
+        self._streams.reconnected(self._connected_at, when(self._connected_at))
+        self._ask(sorted(n for n in self.config.peers if n != self.node))
         self._positions.forget()  # the broker may have lost them: every file's next goes at once
         for r in self.replicas.values():
             r.reconnected()
@@ -606,9 +641,19 @@ class Node:
             return
         if verdict.online is not None:
             self._presence_changed(sender, verdict.online)
+        if frame.lane:
+            self._streams.frame(sender, frame.epoch, frame.lane, time.time())
         for item in frame.items:
             self.telemetry.count("received", item.kind.value, item.size)
-            self._deliver(sender, frame, item)
+            if item.kind is Kind.BEAT:
+                assert isinstance(item.payload, frames.Beat)
+                if item.payload.restated_from and frame.lane:
+                    # After the positions this frame carried were delivered, in item order.
+                    self._streams.restated(sender, item.payload.restated_from)
+            elif item.kind is Kind.ASK:
+                self._asked_by(sender)
+            else:
+                self._deliver(sender, frame, item)
 
     def _deliver(self, sender: str, frame: frames.Frame, item: frames.Item) -> None:
         if item.kind in RESOURCE_KINDS:
@@ -679,6 +724,7 @@ class Node:
     def _unlist(self, node: str) -> None:
         """A node removed from [peers]: drop it from presence, every file and the metrics."""
         self.presence.pop(node, None)
+        self._streams.forget(node)
         self.presence_since.pop(node, None)
         self.telemetry.forget(node)
         self.budgets.forget(node)
@@ -701,6 +747,67 @@ class Node:
             log.warning("rejected frame on %r: %s (%d rejected so far)", topic[:200], reason,
                         self.rejected)
 
+    # --- the numbered stream (freshness.py, PeerStreams) -----------------------------------
+
+    async def _stream_forever(self) -> None:
+        """A beat on P/a after BEAT_INTERVAL without a frame there (so that a peer can tell a
+        quiet host from a stream it no longer hears), and the asks that are due."""
+        loop = asyncio.get_running_loop()
+        while True:
+            if loop.time() >= self._lane_sent_at + BEAT_INTERVAL:
+                if self.link.connected.is_set():
+                    self._outbox.add(frames.all_topic(self._prefix, self.node), "",
+                                     frames.Item(Kind.BEAT, frames.Beat()))
+                    self._outbox.flush()
+                else:
+                    self._lane_sent_at = loop.time()
+            if self.link.connected.is_set():
+                online = {n for n, o in self.presence.items() if o}
+                self._ask(self._streams.asks_due(time.time(), online))
+            await asyncio.sleep(max(0.01, self._lane_sent_at + BEAT_INTERVAL - loop.time()))
+
+    def _ask(self, nodes: list[str]) -> None:
+        for node in nodes:
+            if node in self.config.peers:
+                self.send(Kind.ASK, "", "", frames.Ask(), to=node)
+
+    def _asked_by(self, peer: str) -> None:
+        """A peer doubts what it knows of us: state every position again, soon (at most once
+        a RESTATE_GAP, for everyone who asked meanwhile)."""
+        self.asks += 1
+        if self._restate_timer is not None:
+            return
+        loop = asyncio.get_running_loop()
+        self._restate_timer = loop.call_at(max(loop.time(), self._restated_at + RESTATE_GAP),
+                                           self._restate)
+
+    def _restate(self) -> None:
+        """Every position, on P/a, then a beat naming the lane where they began: a peer that
+        got every frame from that lane to the beat knows all our positions again."""
+        self._restate_timer = None
+        self._restated_at = asyncio.get_running_loop().time()
+        self.restatements += 1
+        self._positions.release_held()  # older ones first, not after
+        self._outbox.flush()
+        topic = frames.all_topic(self._prefix, self.node)
+        first = self._lane + 1
+        for (key, file), r in sorted(self.replicas.items()):
+            ann = r.machine.stated_position()
+            if ann is not None:
+                item = frames.Item(Kind.POS, ann, key, file)
+                self.telemetry.count("sent", Kind.POS.value, item.size)
+                self._outbox.add(topic, "", item)
+        self._outbox.add(topic, "", frames.Item(Kind.BEAT, frames.Beat(first)))
+        self._outbox.flush()
+
+    def _peer_status(self, node: str, online: bool, now: float) -> dict[str, Any]:
+        out: dict[str, Any] = {"online": online, "since": self.presence_since.get(node)}
+        c = self._streams.confirmation(node, now)
+        out["confirmed"] = c.confirmed
+        if not c.confirmed:
+            out["unconfirmed_since"], out["unconfirmed"] = c.since, c.why
+        return out
+
     # --- control socket ---------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
@@ -710,6 +817,7 @@ class Node:
                     for k, why in sorted(self._refused.items())]
         ready = sum(1 for f in files if f["ready"])
         now = time.monotonic()
+        now_wall = time.time()
         for f in files:
             peers: dict[str, dict[str, Any]] = f["peers"]  # type: ignore[assignment]
             for p in peers.values():
@@ -726,8 +834,9 @@ class Node:
             "connected_since": self.connected_since(),
             "queued_bytes": self.link.queued,  # published, not yet acknowledged by the broker
             "publishes_dropped": self.link.dropped,  # over [mqtt] max_queued_bytes
-            "peers": {n: {"online": o, "since": self.presence_since.get(n)}
+            "peers": {n: self._peer_status(n, o, now_wall)
                       for n, o in sorted(self.presence.items())},
+            "restatements": {"asked": self.asks, "made": self.restatements},
             "ready_count": {"yes": ready, "no": len(files) - ready},
             "rejected_frames": self.rejected,
             "peer_budgets": self.budgets.status(),

@@ -25,6 +25,7 @@ from syncd.core.readiness import (
     WRITER_SETTLE,
     Facts,
     PeerFacts,
+    Unconfirmed,
     decide,
     when,
 )
@@ -183,6 +184,17 @@ def test_start_up_check_trouble_and_adoption() -> None:
     assert reasons(facts(state="error", trouble="cannot read x: Permission denied")) == [
         "error: cannot read x: Permission denied"]
     assert reasons(facts(adopting="a")) == ["adopting a's copy"]
+
+
+def test_a_peer_not_confirmed_is_a_reason_saying_since_when_and_its_last_write() -> None:
+    # The broker dropped a position of the writer: our view of it may be old.
+    why = reasons(facts(unconfirmed=(Unconfirmed("a", NOW - 2, "3 of its frames did not "
+                                                 "reach us"),)))
+    assert why == [f"what a holds is not confirmed since {when(NOW - 2)}: 3 of its frames "
+                   f"did not reach us; it last wrote at {when(NOW - 30)}"]
+    # A peer we know nothing of, not even a write.
+    assert reasons(facts(unconfirmed=(Unconfirmed("c", None, "nothing heard from it yet"),))) \
+        == ["what c holds is not confirmed: nothing heard from it yet"]
 
 
 def test_log_check_problems() -> None:

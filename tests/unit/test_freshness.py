@@ -1,7 +1,13 @@
 from __future__ import annotations
 
 from syncd.core.frames import Channel, Frame, Item, Kind, Presence
-from syncd.core.freshness import ReplayGuard
+from syncd.core.freshness import (
+    ASK_RETRY,
+    STALE_AFTER,
+    Confirmation,
+    PeerStreams,
+    ReplayGuard,
+)
 
 ALL = "p/a/a"
 
@@ -70,3 +76,97 @@ def test_a_position_heard_batched_is_not_undone_by_an_older_retained_copy() -> N
     assert not g.newest_position("a", "k", "events.jsonl", 7, 90)  # retained, sealed earlier
     assert g.newest_position("a", "k", "other.jsonl", 7, 90)  # another file: its own order
     assert g.newest_position("a", "k", "events.jsonl", 8, 1)  # a new run of the sender
+
+
+# --- PeerStreams: is what we know of a peer complete and recent? ------------------------------
+
+T = 1_800_000_000.0
+
+
+def confirmed_stream() -> PeerStreams:
+    s = PeerStreams()
+    s.frame("a", 5, 1, T)
+    s.frame("a", 5, 2, T)
+    s.restated("a", 1)  # its restatement began at lane 1, and every frame since reached us
+    assert s.confirmation("a", T).confirmed
+    return s
+
+
+def test_a_peer_first_heard_is_asked_and_confirmed_by_a_whole_restatement() -> None:
+    s = PeerStreams()
+    s.frame("a", 5, 7, T)
+    c = s.confirmation("a", T)
+    assert c == Confirmation(False, T, "first heard: waiting for it to state its positions")
+    assert s.asks_due(T, online={"a"}) == ["a"]
+    assert s.asks_due(T + 0.1, online={"a"}) == []  # asked: not again at once
+    assert "(asked again)" in str(s.confirmation("a", T).why)
+    s.frame("a", 5, 8, T + 0.01)
+    s.frame("a", 5, 9, T + 0.02)
+    s.restated("a", 8)
+    assert s.confirmation("a", T + 0.02).confirmed
+
+
+def test_a_gap_is_doubt_until_a_restatement_after_it_arrives_whole() -> None:
+    s = confirmed_stream()
+    s.frame("a", 5, 6, T + 1)  # 3, 4 and 5 were dropped by the broker
+    c = s.confirmation("a", T + 1)
+    assert not c.confirmed and c.since == T + 1
+    assert c.why is not None and c.why.startswith("3 of its frames did not reach us")
+    assert s.asks_due(T + 1, online={"a"}) == ["a"]
+    # A restatement that began before the gap (its first frames may be the lost ones) is not
+    # enough; nor one whose own frames were cut by a new gap.
+    s.frame("a", 5, 7, T + 1.1)
+    s.restated("a", 4)
+    assert not s.confirmation("a", T + 1.1).confirmed
+    s.frame("a", 5, 9, T + 1.2)  # 8 lost: the restatement beginning at 8 ends here
+    s.restated("a", 8)
+    assert not s.confirmation("a", T + 1.2).confirmed
+    s.frame("a", 5, 10, T + 1.3)
+    s.frame("a", 5, 11, T + 1.4)
+    s.restated("a", 10)
+    assert s.confirmation("a", T + 1.4).confirmed
+
+
+def test_silence_is_not_confirmation() -> None:
+    s = confirmed_stream()
+    assert s.confirmation("a", T + STALE_AFTER).confirmed
+    c = s.confirmation("a", T + STALE_AFTER + 0.5)
+    assert not c.confirmed and c.since == T
+    assert c.why == "nothing heard from it for 1.2 s (a link or broker in trouble?)"
+    s.frame("a", 5, 3, T + 2)  # the next beat: nothing was lost, it was only late
+    assert s.confirmation("a", T + 2).confirmed
+
+
+def test_our_reconnection_doubts_every_peer_until_each_restates() -> None:
+    s = confirmed_stream()
+    s.frame("b", 1, 1, T)
+    s.restated("b", 1)
+    s.reconnected(T + 5, "12:00:05Z")
+    for node in ("a", "b"):
+        assert s.confirmation(node, T + 5).why == "we reconnected to the broker at 12:00:05Z"
+    assert s.asks_due(T + 5, online={"a"}) == ["a"]  # only peers online are asked
+    s.frame("a", 5, 3, T + 5.1)
+    s.restated("a", 3)
+    assert s.confirmation("a", T + 5.1).confirmed
+    assert not s.confirmation("b", T + 5.1).confirmed
+
+
+def test_an_unanswered_ask_is_sent_again() -> None:
+    s = PeerStreams()
+    s.frame("a", 5, 1, T)
+    assert s.asks_due(T, {"a"}) == ["a"]
+    assert s.asks_due(T + ASK_RETRY - 0.1, {"a"}) == []
+    assert s.asks_due(T + ASK_RETRY, {"a"}) == ["a"]
+
+
+def test_a_new_run_is_doubt_and_old_or_late_frames_say_nothing() -> None:
+    s = confirmed_stream()
+    s.frame("a", 5, 1, T + 1)  # late, or replayed: no gap, no news
+    s.frame("a", 4, 9, T + 1)  # an earlier run
+    assert s.confirmation("a", T + 0.5).confirmed
+    s.frame("a", 6, 1, T + 2)
+    assert s.confirmation("a", T + 2).why == ("it restarted: waiting for it to state its "
+                                              "positions")
+    assert s.confirmation("nobody", T) == Confirmation(False, None, "nothing heard from it yet")
+    s.forget("a")
+    assert not s.confirmation("a", T).confirmed
