@@ -149,7 +149,8 @@ class PeerStreams:
 
     Our knowledge of a peer's positions is in doubt from the first frame we hear of it (or of
     a new run of it), at a gap in its numbers (frames the broker dropped: a full queue, a
-    publish it could not make) and at a reconnection of ours, until the peer has stated every
+    publish it could not make), after a silence longer than STALE_AFTER (what comes then may
+    be what a broker held back) and at a reconnection of ours, until the peer has stated every
     position again in frames that all reached us: a beat naming the lane its restatement
     began with, that lane not before the start of our run without gaps. While in doubt, the
     peer is asked (`asks_due`) every ASK_RETRY seconds. Pure: times are given (wall clock).
@@ -168,6 +169,13 @@ class PeerStreams:
             return
         if epoch < s.epoch or lane <= s.lane:
             return  # an earlier run's, or late: nothing it says is news
+        if now - s.heard_at > STALE_AFTER and s.doubt is None:
+            # After a silence, frames that come may be old ones a broker held (a partition
+            # that healed): they prove nothing about now, and the ones after them may be
+            # lost. Only a restatement made after our ask does.
+            s.doubt = f"nothing heard from it for {now - s.heard_at:.1f} s"
+            s.doubt_since = s.heard_at
+            s.asked_at = None
         if lane > s.lane + 1:
             lost = lane - s.lane - 1
             if s.doubt is None:
