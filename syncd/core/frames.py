@@ -11,7 +11,8 @@ of a node id, an instance key or a file name (see below):
 Frames on P/a/<node> are numbered: `lane` counts them from 1 in each run of the sender, so a
 receiver sees every frame the broker dropped on the way to it (queue overflow, a publish the
 sender could not make) as a gap, and a quiet sender still sends a heartbeat (a `beat` item)
-every few tenths of a second: what a receiver knows of the sender's copies is provably fresh
+every few tenths of a second (every second once it has been quiet for a while, saying so in
+the beat): what a receiver knows of the sender's copies is provably fresh
 (freshness.py, PeerStreams). `ask` (addressed) asks the sender to state every position again;
 it does so on P/a/<node>, ended by a beat naming the lane the restatement began with.
 
@@ -410,10 +411,12 @@ class ResRefuse:
 
 @dataclass(frozen=True, slots=True)
 class Beat:
-    """'My stream goes on' (0), or 'every position of mine was stated again in my frames on
-    P/a from lane `restated_from` up to this one' (an answer to an Ask)."""
+    """'My stream goes on, my next frame on P/a comes within `every_ms`' (0: the default,
+    freshness.BEAT_INTERVAL); and, with `restated_from`, 'every position of mine was stated
+    again in my frames on P/a from that lane up to this one' (an answer to an Ask)."""
 
     restated_from: int = 0
+    every_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -501,8 +504,12 @@ def _item_header(item: Item) -> tuple[dict[str, Any], bytes]:
         case ResRefuse(name, digest, held, reason):
             header = {"name": name, "digest": digest.hex(),
                       "held": held.hex() if held is not None else None, "reason": reason}
-        case Beat(restated_from):
-            header = {"from": restated_from} if restated_from else {}
+        case Beat(restated_from, every_ms):
+            header = {}
+            if restated_from:
+                header["from"] = restated_from
+            if every_ms:
+                header["every"] = every_ms
         case Ask():
             header = {}
     header["k"] = item.kind.value
@@ -645,7 +652,7 @@ def _item(raw: dict[str, Any], body: memoryview, at: int, max_data: int,
 def _payload(kind: Kind, header: dict[str, Any], body: bytes) -> Payload:
     match kind:
         case Kind.BEAT:
-            return Beat(_count(header, "from", 0))
+            return Beat(_count(header, "from", 0), _count(header, "every", 0))
         case Kind.ASK:
             return Ask()
         case Kind.NODE:

@@ -114,12 +114,19 @@ class ReplayGuard:
 
 # --- is what we know of a peer's copies complete? -------------------------------------------
 
-# A host sends a beat on P/a/<node> when it has sent nothing there for BEAT_INTERVAL seconds;
-# a peer whose last frame there is older than STALE_AFTER is not confirmed. READY rests on
-# this: bytes a peer made durable STALE_AFTER (plus the broker's delay) before a READY yes
-# travelled in a frame sent before one we got, with no frame lost in between.
+# A host sends a beat on P/a/<node> when it has sent nothing there for BEAT_INTERVAL seconds,
+# or IDLE_BEAT once it has sent nothing but beats for ACTIVE_FOR (a beat says which: a beat
+# costs a signature here and a verification on every peer, four a second were five times an
+# idle daemon's CPU). After any other frame the next comes within BEAT_INTERVAL. A peer whose
+# next frame is SLACK late is not confirmed. READY rests on this: bytes a peer made durable
+# BEAT_INTERVAL + SLACK (plus the broker's delay) before a READY yes travelled in a frame sent
+# before one we got, with no frame lost in between; IDLE_BEAT + SLACK for the first write
+# after a quiet while.
 BEAT_INTERVAL = 0.25
-STALE_AFTER = 0.75
+IDLE_BEAT = 1.0
+ACTIVE_FOR = 5.0
+SLACK = 0.5
+STALE_AFTER = BEAT_INTERVAL + SLACK  # the usual limit: a peer that wrote or beat fast
 ASK_RETRY = 1.0  # seconds before an unanswered ask is sent again (it or its answer was lost)
 
 
@@ -139,6 +146,7 @@ class _Stream:
     lane: int  # the last frame's number
     run_start: int  # the first frame of the run without a gap that ends with `lane`
     heard_at: float
+    expect: float  # seconds within which its next frame is due (what its last one said)
     doubt: str | None = None  # why its positions may be stale, until it states them again
     doubt_since: float | None = None
     asked_at: float | None = None
@@ -149,7 +157,7 @@ class PeerStreams:
 
     Our knowledge of a peer's positions is in doubt from the first frame we hear of it (or of
     a new run of it), at a gap in its numbers (frames the broker dropped: a full queue, a
-    publish it could not make), after a silence longer than STALE_AFTER (what comes then may
+    publish it could not make), after a silence longer than promised (what comes then may
     be what a broker held back) and at a reconnection of ours, until the peer has stated every
     position again in frames that all reached us: a beat naming the lane its restatement
     began with, that lane not before the start of our run without gaps. While in doubt, the
@@ -159,17 +167,19 @@ class PeerStreams:
     def __init__(self) -> None:
         self._streams: dict[str, _Stream] = {}
 
-    def frame(self, node: str, epoch: int, lane: int, now: float) -> None:
-        """A numbered frame of `node` arrived (authentic and new: ReplayGuard passed it)."""
+    def frame(self, node: str, epoch: int, lane: int, now: float,
+              expect: float = BEAT_INTERVAL) -> None:
+        """A numbered frame of `node` arrived (authentic and new: ReplayGuard passed it),
+        saying its next one comes within `expect` seconds (a beat's every_ms)."""
         s = self._streams.get(node)
         if s is None or epoch > s.epoch:
             why = "first heard" if s is None else "it restarted"
-            self._streams[node] = _Stream(epoch, lane, lane, now,
+            self._streams[node] = _Stream(epoch, lane, lane, now, expect,
                                           f"{why}: waiting for it to state its positions", now)
             return
         if epoch < s.epoch or lane <= s.lane:
             return  # an earlier run's, or late: nothing it says is news
-        if now - s.heard_at > STALE_AFTER and s.doubt is None:
+        if now - s.heard_at > s.expect + SLACK and s.doubt is None:
             # After a silence, frames that come may be old ones a broker held (a partition
             # that healed): they prove nothing about now, and the ones after them may be
             # lost. Only a restatement made after our ask does.
@@ -186,6 +196,7 @@ class PeerStreams:
             s.run_start = lane
         s.lane = lane
         s.heard_at = now
+        s.expect = expect
 
     def restated(self, node: str, restated_from: int) -> None:
         """The frame just passed to `frame` ends a restatement that began at `restated_from`:
@@ -196,9 +207,14 @@ class PeerStreams:
 
     def reconnected(self, now: float, when: str) -> None:
         """Our own connection was new: what every peer sent meanwhile is unknown."""
+        self.doubt_all(now, f"we reconnected to the broker at {when}")
+
+    def doubt_all(self, now: float, why: str) -> None:
+        """Something on our side may have cost us frames (a reconnection; publishes of ours
+        dropped: the connection is congested): doubt every peer, and ask each at once."""
         for s in self._streams.values():
             if s.doubt is None:
-                s.doubt = f"we reconnected to the broker at {when}"
+                s.doubt = why
                 s.doubt_since = now
             s.asked_at = None
 
@@ -212,10 +228,13 @@ class PeerStreams:
         if s.doubt is not None:
             asked = " (asked again)" if s.asked_at is not None else ""
             return Confirmation(False, s.doubt_since, s.doubt + asked)
-        if now - s.heard_at > STALE_AFTER:
+        if now - s.heard_at > s.expect + SLACK:
             return Confirmation(False, s.heard_at, f"nothing heard from it for "
                                 f"{now - s.heard_at:.1f} s (a link or broker in trouble?)")
         return Confirmation(True)
+
+    def in_doubt(self) -> bool:
+        return any(s.doubt is not None for s in self._streams.values())
 
     def asks_due(self, now: float, online: set[str]) -> list[str]:
         """The online peers in doubt to ask (again) now; recorded as asked."""

@@ -36,7 +36,7 @@ from syncd.core.events import (
     PeerRequest,
 )
 from syncd.core.frames import Channel, FrameError, Kind
-from syncd.core.freshness import BEAT_INTERVAL, PeerStreams, ReplayGuard
+from syncd.core.freshness import ACTIVE_FOR, BEAT_INTERVAL, IDLE_BEAT, PeerStreams, ReplayGuard
 from syncd.core.identity import Identity, IdentityError
 from syncd.core.machine import Tuning
 from syncd.core.names import printable
@@ -145,11 +145,15 @@ class Node:
         # Our frames on P/a are numbered (frames.py, `lane`); theirs are followed here.
         self._lane = 0
         self._lane_sent_at = 0.0  # loop time of our last frame there (a beat follows a quiet)
+        self._active_at = 0.0  # loop time of our last frame there other than a lone beat
+        self._beat_every = BEAT_INTERVAL  # what our last beat promised
+        self._pace = asyncio.Event()  # set when the fast pace is back: the beat loop wakes
         self._streams = PeerStreams()
         self._restate_timer: asyncio.TimerHandle | None = None
         self._restated_at = -RESTATE_GAP
         self.asks = 0  # asks for a restatement received
         self.restatements = 0
+        self._dropped_seen = 0  # link.dropped when the stream loop last looked
         self.link = Link(config, self._on_message, self._on_connected, self.seal_presence,
                          self._subscriptions)
         self._outbox = Outbox(self._publish_batch, config.chunk_bytes)
@@ -199,6 +203,14 @@ class Node:
             self._lane += 1
             lane = self._lane
             self._lane_sent_at = asyncio.get_running_loop().time()
+            lone = items[0].payload if len(items) == 1 else None
+            if not (isinstance(lone, frames.Beat) and lone.every_ms):
+                # Not a beat promising its own pace: the next frame comes within
+                # BEAT_INTERVAL (a peer assumes so of any frame but such a beat).
+                self._active_at = self._lane_sent_at
+                if self._beat_every != BEAT_INTERVAL:
+                    self._beat_every = BEAT_INTERVAL
+                    self._pace.set()
         self.link.publish(topic, self._seal(topic, items, to=to, lane=lane),
                           qos=1 if to else 0)
 
@@ -642,7 +654,10 @@ class Node:
         if verdict.online is not None:
             self._presence_changed(sender, verdict.online)
         if frame.lane:
-            self._streams.frame(sender, frame.epoch, frame.lane, time.time())
+            beat = next((i.payload for i in frame.items if isinstance(i.payload, frames.Beat)),
+                        None)
+            every = beat.every_ms / 1000 if beat is not None and beat.every_ms else BEAT_INTERVAL
+            self._streams.frame(sender, frame.epoch, frame.lane, time.time(), every)
         for item in frame.items:
             self.telemetry.count("received", item.kind.value, item.size)
             if item.kind is Kind.BEAT:
@@ -750,21 +765,42 @@ class Node:
     # --- the numbered stream (freshness.py, PeerStreams) -----------------------------------
 
     async def _stream_forever(self) -> None:
-        """A beat on P/a after BEAT_INTERVAL without a frame there (so that a peer can tell a
-        quiet host from a stream it no longer hears), and the asks that are due."""
+        """A beat on P/a when nothing else went there for the interval our last frame promised
+        (so that a peer can tell a quiet host from a stream it no longer hears): BEAT_INTERVAL,
+        or IDLE_BEAT once only beats went for ACTIVE_FOR; and the asks that are due."""
         loop = asyncio.get_running_loop()
         while True:
-            if loop.time() >= self._lane_sent_at + BEAT_INTERVAL:
+            now = loop.time()
+            if now >= self._lane_sent_at + self._beat_every:
                 if self.link.connected.is_set():
+                    # Promise the slow pace once this beat ends ACTIVE_FOR of quiet; a frame
+                    # sent meanwhile brings the fast pace back at once.
+                    quiet = now + BEAT_INTERVAL - self._active_at >= ACTIVE_FOR
+                    every = IDLE_BEAT if quiet else BEAT_INTERVAL
                     self._outbox.add(frames.all_topic(self._prefix, self.node), "",
-                                     frames.Item(Kind.BEAT, frames.Beat()))
+                                     frames.Item(Kind.BEAT, frames.Beat(
+                                         every_ms=round(every * 1000))))
                     self._outbox.flush()
+                    self._beat_every = every
                 else:
-                    self._lane_sent_at = loop.time()
+                    self._lane_sent_at = now
+            dropped = self.link.dropped
+            if dropped != self._dropped_seen:
+                # Our publishes are being dropped (the connection is congested, or went):
+                # what reaches us may be short too, and our asks may be among them.
+                self._streams.doubt_all(time.time(), f"{dropped - self._dropped_seen} "
+                                        "publishes of ours were dropped (a congested link)")
+                self._dropped_seen = dropped
             if self.link.connected.is_set():
                 online = {n for n, o in self.presence.items() if o}
                 self._ask(self._streams.asks_due(time.time(), online))
-            await asyncio.sleep(max(0.01, self._lane_sent_at + BEAT_INTERVAL - loop.time()))
+            wait = self._lane_sent_at + self._beat_every - loop.time()
+            if self._streams.in_doubt():
+                wait = min(wait, BEAT_INTERVAL)  # asks are due every ASK_RETRY
+            self._pace.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(0.01, wait)):
+                    await self._pace.wait()
 
     def _ask(self, nodes: list[str]) -> None:
         for node in nodes:
@@ -798,7 +834,7 @@ class Node:
                 self.telemetry.count("sent", Kind.POS.value, item.size)
                 self._outbox.add(topic, "", item)
         self._outbox.add(topic, "", frames.Item(Kind.BEAT, frames.Beat(first)))
-        self._outbox.flush()
+        self._outbox.flush()  # more than a lone beat: the fast pace follows
 
     def _peer_status(self, node: str, online: bool, now: float) -> dict[str, Any]:
         out: dict[str, Any] = {"online": online, "since": self.presence_since.get(node)}

@@ -70,6 +70,8 @@ def item(kind: Kind, payload: frames.Payload, key: str = "bot-1") -> Item:
                          to="b")),
         # The numbered stream: a heartbeat, the end of a restatement, a request for one.
         (ALL_TOPIC, dataclasses.replace(frame(Item(Kind.BEAT, frames.Beat())), lane=41)),
+        (ALL_TOPIC, dataclasses.replace(frame(Item(Kind.BEAT, frames.Beat(every_ms=1000))),
+                                        lane=42)),
         (ALL_TOPIC, dataclasses.replace(frame(item(Kind.POS, Announce(9, D, None)),
                                               Item(Kind.BEAT, frames.Beat(40))), lane=41)),
         (TO_TOPIC, frame(Item(Kind.ASK, frames.Ask()), to="b")),

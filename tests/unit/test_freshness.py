@@ -3,6 +3,9 @@ from __future__ import annotations
 from syncd.core.frames import Channel, Frame, Item, Kind, Presence
 from syncd.core.freshness import (
     ASK_RETRY,
+    BEAT_INTERVAL,
+    IDLE_BEAT,
+    SLACK,
     STALE_AFTER,
     Confirmation,
     PeerStreams,
@@ -176,3 +179,22 @@ def test_a_new_run_is_doubt_and_old_or_late_frames_say_nothing() -> None:
     assert s.confirmation("nobody", T) == Confirmation(False, None, "nothing heard from it yet")
     s.forget("a")
     assert not s.confirmation("a", T).confirmed
+
+
+def test_publishes_of_ours_dropped_doubt_every_peer() -> None:
+    s = confirmed_stream()
+    s.doubt_all(T + 0.1, "3 publishes of ours were dropped (a congested link)")
+    assert s.confirmation("a", T + 0.1) == Confirmation(
+        False, T + 0.1, "3 publishes of ours were dropped (a congested link)")
+    assert s.asks_due(T + 0.1, {"a"}) == ["a"]
+
+
+def test_a_quiet_peer_promises_its_slower_pace_and_is_held_to_it() -> None:
+    s = confirmed_stream()
+    s.frame("a", 5, 3, T + 0.2, expect=IDLE_BEAT)  # a beat: "my next frame within 1 s"
+    assert s.confirmation("a", T + 0.2 + IDLE_BEAT + SLACK).confirmed
+    assert not s.confirmation("a", T + 0.3 + IDLE_BEAT + SLACK).confirmed
+    s.frame("a", 5, 4, T + 1.4)  # a write: the fast pace again
+    assert s.confirmation("a", T + 1.4 + STALE_AFTER).confirmed
+    assert not s.confirmation("a", T + 1.5 + STALE_AFTER).confirmed
+    assert STALE_AFTER == BEAT_INTERVAL + SLACK
