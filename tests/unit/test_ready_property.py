@@ -10,7 +10,8 @@ the first failure:
     python -m tests.unit.test_ready_property --histories 100000
 
 prints how many histories, prefixes and damages were checked, and the false yes / false no.
-Counterexamples hypothesis shrank are kept below as regression cases (REGRESSIONS).
+Counterexamples hypothesis shrank are kept as regression cases (REGRESSIONS, in
+tests/fixtures/ready/).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
@@ -180,20 +182,30 @@ def test_every_damage_is_applied_somewhere() -> None:
 
 # -- counterexamples shrunk on the way, kept --------------------------------------------------
 
-# (what it was, the lines, the damage or None for "healthy at every prefix")
-REGRESSIONS: list[tuple[str, list[bytes], tuple[str, int] | None]] = []
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "ready"
+
+# (file, the damage it holds as (kind, line), or None: healthy at every prefix). Each is what
+# hypothesis shrank a failure of the previous checks to.
+REGRESSIONS: list[tuple[str, tuple[str, int] | None]] = [
+    # A turn whose tool call waits for its result at line 2, then aborted with the result
+    # written: not READY at the 2-line prefix before the turn-in-progress rule.
+    ("pending_tool_call.jsonl", None),
+    # The ishiki.images record that showed an image deleted; a later one releases it (line
+    # 17): READY yes before the images check.
+    ("deleted_images_record.jsonl", ("missing_images_record", 17)),
+]
 
 
-@pytest.mark.parametrize(("name", "lines", "damage"), REGRESSIONS or [pytest.param(
-    "", [], None, marks=pytest.mark.skip(reason="no counterexample kept yet"))])
-def test_regressions(name: str, lines: list[bytes], damage: tuple[str, int] | None) -> None:
+@pytest.mark.parametrize(("name", "damage"), REGRESSIONS)
+def test_regressions(name: str, damage: tuple[str, int] | None) -> None:
+    data = (FIXTURES / name).read_bytes()
     if damage is None:
+        lines = data.splitlines(keepends=True)
         _, failures = healthy_failures(History(lines=lines), len(lines))
         assert failures == [], name
     else:
         kind, number = damage
-        failure = damage_failure(Damage(name, b"".join(lines), kind, number))
-        assert failure is None
+        assert damage_failure(Damage(name, data, kind, number)) is None
 
 
 # -- the long mode -------------------------------------------------------------------------
