@@ -6,7 +6,7 @@ and matching [peers], the password and TLS files readable and well-formed. It th
 instance keys found under the roots (nested up to roots.MAX_DEPTH levels) and names every
 directory that cannot be replicated, with the reason (a name that is not UTF-8, a symbolic
 link, too deep, unreadable). Permissions are those of the user running the check, so run it as
-the service's user. With --broker it also connects and sends probes (brokercheck.py). Exit 0
+the service's user. With --broker it also connects and sends probes (ops/brokercheck.py). Exit 0
 usable, 1 the broker check failed, 2 the config is not usable (every problem on its own line).
 """
 

@@ -12,7 +12,8 @@ reason); 2 the daemon could not be asked.
 
 `syncd status --ready KEY [KEY...]` is for failover scripts: exit 0 only when this host can
 take over every named key now (every file of it READY), 1 otherwise, with the reasons; 2
-when the daemon could not be asked. READY itself is decided in syncd/readiness.py (`decide`).
+when the daemon could not be asked. READY itself is decided in syncd/core/readiness.py
+(`decide`); docs/operations.md lists every reason.
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ def command(keys: tuple[str, ...], config_path: Path, as_json: bool, ready_keys:
 
 
 def _resources(status: dict[str, Any]) -> list[str]:
-    """Conflicts, refusals and transfers of the instances' resources/ (resources.py)."""
+    """Conflicts, refusals and transfers of the instances' resources/ (core/resources.py)."""
     wanted = {f["key"] for f in status["files"]}
     lines: list[str] = []
     for r in status.get("resources", []):
@@ -117,6 +118,12 @@ def _resources(status: dict[str, Any]) -> list[str]:
                          "the other is fetched")
         for x in r["refused"]:
             lines.append(f"{r['key']}/resources/{x['name']}: not replicated: {x['reason']}")
+        for p in r.get("skipped_paths", []):  # links, devices, unreadable or too deep
+            lines.append(f"{r['key']}/resources/{p['path']}: not followed ({p['kind']}): "
+                         f"{p['reason']}")
+        more = r.get("skipped_paths_count", 0) - len(r.get("skipped_paths", []))
+        if more > 0:
+            lines.append(f"{r['key']}/resources: and {more} more not followed (see --json)")
         for t in r["fetching"]:
             lines.append(f"{r['key']}/resources/{t['name']}: "
                          f"{'comparing with' if t['compare'] else 'fetching from'} "
@@ -191,7 +198,7 @@ def summary(files: list[dict[str, Any]], skipped: int = 0) -> str:
 
 
 def render(status: dict[str, Any]) -> str:
-    """The status for people. Every string in it is escaped first (safe_text.py): node names,
+    """The status for people. Every string in it is escaped first (core/safe_text.py): node names,
     freeze reasons, divergence details and lines may come from peers or their bytes."""
     status = safe_tree(status)
     peers = status["peers"]
@@ -252,6 +259,12 @@ def render(status: dict[str, Any]) -> str:
                for peer, b in status.get("peer_budgets", {}).items() if b["dropped_requests"]]
     if dropped:
         lines += ["", *dropped]
+    unsafe = status.get("unsafe_paths", {})
+    if unsafe.get("total"):
+        kinds = ", ".join(f"{n} {k}" for k, n in unsafe["by_kind"].items())
+        lines += ["", f"{unsafe['total']} entries below the roots refused, never followed "
+                      f"({kinds})"]
+        lines += [f"  {u['path']}: {u['reason']}" for u in unsafe.get("recent", [])[:5]]
     if status.get("skipped", []):
         lines.append("")
     for s in status.get("skipped", []):

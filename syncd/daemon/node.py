@@ -1,11 +1,11 @@
 """The daemon: finds instance keys, owns their replicas, and wires watcher, sweep and link.
 
-Instances are found by discovery.py (the sweep, and at once on a watcher hint about a path
+Instances are found by disk/discovery.py (the sweep, and at once on a watcher hint about a path
 that is not a known replica's file); every key becomes a path through Config.key_dir only.
 
 It routes, it does not decide: frames go to the replica of their (key, file), filesystem hints
 to the replica of their path. Its control socket (`syncd status`, `adopt`, `reload`) is served
-by controlserver.py.
+by ops/controlserver.py.
 """
 
 from __future__ import annotations
@@ -43,12 +43,14 @@ from syncd.core.names import printable
 from syncd.core.readiness import Unconfirmed, when
 from syncd.core.roots import MAX_DEPTH, KeyPathError
 from syncd.core.telemetry import Telemetry
+from syncd.core.unsafe import UnsafePaths
 from syncd.daemon import logs
 from syncd.daemon.replica import Replica
 from syncd.daemon.resourcehub import RESOURCE_KINDS, ResourceHub
 from syncd.daemon.scrub import scrub_forever
 from syncd.daemon.window import BatchWindow
-from syncd.disk.discovery import Scanner, Skipped, linked_component, root_problems
+from syncd.disk import tree
+from syncd.disk.discovery import Scanner, Skipped, root_problems
 from syncd.disk.epoch import next_epoch
 from syncd.disk.groupsync import GroupSync
 from syncd.disk.keyfile import load_identity
@@ -160,7 +162,8 @@ class Node:
         self._positions = PositionSender(
             lambda item: self._outbox.add(frames.all_topic(self._prefix, self.node), "", item),
             self._publish_retained)
-        self._watcher = Watcher(config.roots.watch_dirs(), self._on_hint, self._on_overflow)
+        self._watcher = Watcher(config.roots.watch_dirs(), self._on_hint, self._on_overflow,
+                                max_depth=watch_depth(config))
         # Local changes gather for batch_window while appends keep coming (window.py).
         self._window: BatchWindow[Replica] = BatchWindow(
             config.batch_window, Replica.hint_local, self._watcher.hold, self._watcher.drain,
@@ -171,6 +174,8 @@ class Node:
         self.telemetry = Telemetry(time.monotonic())
         self._chores: set[asyncio.Task[None]] = set()  # referenced until done (asyncio docs)
         self.budgets = Budgets(config.limits)  # what each peer's requests may cost us
+        # Links, devices, unreadable or too deep directories met below the roots (unsafe.py).
+        self.unsafe = UnsafePaths()
         self.resources = ResourceHub(self)  # each instance's resources/ (resourcehub.py)
 
     # --- Host protocol for replicas ---------------------------------------------------------
@@ -181,7 +186,7 @@ class Node:
         in a batch per topic at the end of this turn of the event loop."""
         item = frames.Item(kind, payload, key, file)
         self.telemetry.count("sent", kind.value, item.size)
-        if kind is Kind.POS:  # in the batch, and retained for later hosts (positions.py)
+        if kind is Kind.POS:  # in the batch, and retained for later hosts (net/positions.py)
             self._positions.announce(key, file, item)
             return
         if not to:  # live bytes, and resource summaries and changes: for everyone
@@ -196,7 +201,7 @@ class Node:
 
     def _publish_batch(self, topic: str, to: str, items: tuple[frames.Item, ...]) -> None:
         # Live batches at QoS 0: a lost one is a gap the next batch or position reveals (and
-        # fetched again), and QoS 1 costs a PUBACK each way per write (README, Topics).
+        # fetched again), and QoS 1 costs a PUBACK each way per write (docs/protocol.md, QoS).
         lane = 0
         if not to:
             # Numbered even if the publish is dropped: the peers then see the gap.
@@ -260,6 +265,12 @@ class Node:
             if not c.confirmed:
                 out.append(Unconfirmed(node, c.since, c.why or "unknown"))
         return out
+
+    def note_unsafe(self, path: str, kind: str, reason: str) -> None:
+        """An entry below a root refused (never followed): counted, logged once, shown."""
+        if self.unsafe.note(path, kind, reason):
+            log.error("%s: %s (refused: syncd reads, serves and writes nothing through it; "
+                      "shown in status under unsafe_paths)", path, reason)
 
     def durable(self, key: str, file: str, size: int) -> None:
         self.telemetry.durable(key, file, size, time.time(), time.monotonic())
@@ -452,13 +463,14 @@ class Node:
             except KeyPathError as e:
                 self._refuse(key, e.reason)
                 return None
-            linked = linked_component(root.path, parts)
+            spot = root.spot_of(parts)
+            linked = tree.linked_component(spot)
             if linked is not None:
-                # A key must be a directory of its own under its root, not a way out of it.
+                # A key must be a directory of its own under its root, not a way out of it
+                # (and every open goes through its levels again: disk/tree.py).
                 self._refuse(key, f"{printable(str(linked))} is a symbolic link (not followed)")
                 return None
-            folder = self.config.key_dir(key)
-            r = Replica(self, key, file, folder / file)
+            r = Replica(self, key, file, spot / file)
             self.replicas[(key, file)] = r
             self._by_path[str(r.path)] = r
             # The replica's task inherits this context: its log lines carry key and file as
@@ -495,7 +507,7 @@ class Node:
 
     def _discover(self, force: bool = False) -> None:
         """Find new instances (the sweep calls this every second: directories that did not
-        change since the last scan are not listed again, see discovery.py)."""
+        change since the last scan are not listed again, see disk/discovery.py)."""
         scan = self._scanner.scan()
         self.skipped = scan.skipped
         for s in scan.skipped:
@@ -577,7 +589,7 @@ class Node:
         """The safety net under the watcher: inotify can merge or drop events.
 
         Discovery looks at every directory above the instances on each sweep (one stat each,
-        see discovery.py). Files: with `watch = false` the sweep is all there is, and every
+        see disk/discovery.py). Files: with `watch = false` the sweep is all there is, and every
         file is stat'ed on each sweep; with the watcher on, each sweep stats the next
         SWEEP_FILES files only, so that thousands of idle files cost a bounded amount of CPU
         (a change the watcher missed is found within ceil(files / SWEEP_FILES) sweeps). Each
@@ -700,7 +712,7 @@ class Node:
         replica.deliver(event)
 
     def _within_budget(self, event: PeerRequest, replica: Replica) -> bool:
-        """Whether to serve a peer's request (syncd/budget.py); logs drops once a minute."""
+        """Whether to serve a peer's request (syncd/core/budget.py); logs drops once a minute."""
         r, now = event.request, time.monotonic()
         cost = serve_cost(r.have, r.start, r.length, replica.machine.held, self.fetch_window)
         if self.budgets.admit(event.peer, cost, now):
@@ -879,10 +891,22 @@ class Node:
             "uptime_s": round(time.time() - self.started, 1),
             "files": files,
             "resources": self.resources.status(),
+            # Entries below the roots refused as links, devices, ... (syncd/core/unsafe.py).
+            "unsafe_paths": self.unsafe.status(),
             # Directories that would be instances but cannot be replicated: `syncd status`
             # shows each as state "error" with its reason.
             "skipped": skipped,
         }
+
+
+def watch_depth(config: Config) -> int:
+    """Levels below a watched directory worth a watch: a glob's levels down to its roots,
+    the instances (MAX_DEPTH), resources/ and as deep as its scans go ([resources]
+    max_depth). Deeper, nothing is replicated: a bot-made tree costs no watches there."""
+    rules = [config.resources, *(k.resources for k in config.keys.values())]
+    walk = max((r.max_depth for r in rules if r is not None), default=0)
+    roots = max((1 + len(s.tail) for s in config.roots.specs if s.is_glob), default=0)
+    return roots + MAX_DEPTH + 1 + walk
 
 
 def _same_file(a: str | Path, b: str | Path) -> bool:

@@ -5,10 +5,16 @@ kernel merges identical unread events and drops everything on queue overflow, so
 never counted, an overflow asks for a look at everything, and the node's periodic stat sweep
 catches whatever never arrived.
 
-Each directory under the roots is watched (inotify is not recursive): directories that appear
-later are added as they are reported, and what was created in them before their watch existed
-is reported too. The events of one read are reduced to one hint per (path, gone) before they
-are handed on, so a burst of writes to one file costs one look.
+Each directory under the roots is watched (inotify is not recursive), down to `max_depth`
+levels below its root: directories that appear later are added as they are reported, and what
+was created in them before their watch existed is reported too. A directory is reached the
+way every other is below a root (tree.py: one level at a time from the root, no symbolic
+link followed, an iterative walk) and watched through its descriptor (/proc/self/fd), so a
+tree deeper than Python's stack, a link or an unreadable directory is left unwatched, never a
+crash, and a directory swapped for a link is never watched in its place.
+
+The events of one read are reduced to one hint per (path, gone) before they are handed on, so
+a burst of writes to one file costs one look.
 
 Where inotify is missing (not Linux), watchdog's observer does the same from its threads.
 """
@@ -23,7 +29,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from syncd.disk import inotify
+from syncd.core.spot import Spot
+from syncd.disk import inotify, tree
 
 log = logging.getLogger("syncd.watcher")
 
@@ -37,8 +44,11 @@ READS_PER_WAKE = 16  # read(2)s per wake-up at most: coalesce a burst, never sta
 
 class Watcher:
     def __init__(self, roots: list[Path], hint: Hint,
-                 overflow: Callable[[], None] | None = None, backend: str = "auto") -> None:
+                 overflow: Callable[[], None] | None = None, backend: str = "auto",
+                 max_depth: int = 64) -> None:
         self._roots = [os.fsencode(r) for r in roots]
+        self._max_depth = max_depth
+        self._by_fd = os.path.isdir("/proc/self/fd")
         self._hint = hint
         self._overflow = overflow
         self._backend = backend if backend != "auto" else (
@@ -80,7 +90,7 @@ class Watcher:
 
     def hold(self) -> None:
         """Leave events in the kernel's queue: while the node gathers changes anyway
-        (window.py), waking up for each write would cost a loop turn per write for nothing.
+        (daemon/window.py), waking up for each write would cost a loop turn per write for nothing.
         drain() reads them all at once. An overflow meanwhile is reported as always."""
         if self._fd >= 0 and not self._held:
             self._held = True
@@ -153,24 +163,55 @@ class Watcher:
     def _add_tree(self, top: bytes, hints: dict[tuple[bytes, bool], None] | None) -> None:
         """Watch `top` and every directory below it; with `hints`, report what is inside
         (it may have been created before the watches existed)."""
-        if not self._add(top):
+        spot = self._spot(top)
+        if spot is None or len(spot.parts) > self._max_depth:
             return
-        for folder, dirs, files in os.walk(top, onerror=None, followlinks=False):
-            kept = []
-            for d in dirs:
-                path = folder + b"/" + d
-                if self._add(path):
-                    kept.append(d)
+        try:
+            fd = tree.open_dir(spot)
+        except OSError:
+            return  # gone already, a link (not followed), unreadable: the sweep covers it
+        try:
+            if not self._add(fd, top):
+                return
+
+            def entering(sub: int, rel: str) -> bool:
+                path = top + b"/" + os.fsencode(rel)
                 if hints is not None:
                     hints[(path, False)] = None
-            dirs[:] = kept
-            if hints is not None:
-                for f in files:
-                    hints[(folder + b"/" + f, False)] = None
+                return self._add(sub, path)
 
-    def _add(self, folder: bytes) -> bool:
+            walk = tree.Walk(fd, self._max_depth - len(spot.parts), entering=entering)
+            for entry in walk:
+                if hints is not None:
+                    hints[(top + b"/" + os.fsencode(entry.rel), False)] = None
+            if hints is not None:  # links and the like: their scans say what they are
+                for p in walk.problems:
+                    hints[(top + b"/" + os.fsencode(p.rel), False)] = None
+        finally:
+            os.close(fd)
+
+    def _spot(self, path: bytes) -> Spot | None:
+        """`path` as a Spot below the watched root it lies in (None: in none)."""
+        for root in self._roots:
+            if path == root or path.startswith(root + b"/"):
+                rel = path[len(root) + 1:]
+                parts = tuple(os.fsdecode(p) for p in rel.split(b"/")) if rel else ()
+                try:
+                    return Spot(Path(os.fsdecode(root)), parts)
+                except ValueError:
+                    return None
+        return None
+
+    def _add(self, fd: int, folder: bytes) -> bool:
+        """Watch the directory open as `fd` (reported as `folder`)."""
         try:
-            wd = inotify.add_watch(self._fd, folder)
+            if self._by_fd:
+                # The descriptor's magic link leads to the very directory opened, whatever
+                # its name names by now (IN_DONT_FOLLOW would stop at the magic link).
+                wd = inotify.add_watch(self._fd, f"/proc/self/fd/{fd}".encode(),
+                                       inotify.DIR_MASK & ~inotify.IN_DONT_FOLLOW)
+            else:
+                wd = inotify.add_watch(self._fd, folder)
         except OSError as e:
             if e.errno in (errno.ENOENT, errno.ENOTDIR):
                 return False  # gone already, or not a directory (a symlink: not followed)

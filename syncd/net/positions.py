@@ -1,4 +1,4 @@
-"""How this host's position announcements leave (the event loop's side of retained.py).
+"""How this host's position announcements leave (the event loop's side of core/retained.py).
 
 Every announcement goes to the peers online in the batch for everyone (`P/a/<node>`). Routine
 ones are not on the data path: held POSITION_TICK, one frame (one signature, one verification

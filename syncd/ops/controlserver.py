@@ -1,7 +1,7 @@
 """Server side of the control socket (`<state_dir>/syncd.sock`): status, adopt, reload.
 
 One JSON request line per connection, then JSON reply lines (adopt streams its progress, then
-its result); the client side is syncd/control.py.
+its result); the client side is syncd/ops/control.py.
 
 Who may do what. The socket is mode 0660, so only root, the daemon's user and members of its
 group can connect at all. Then the kernel says who connected (SO_PEERCRED, and SO_PEERGROUPS

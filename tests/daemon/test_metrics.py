@@ -49,6 +49,8 @@ def test_families_from_a_status_snapshot() -> None:
              "diverged": {"c": {}}},
         ],
         "skipped": [{"key": "bad\\xff", "path": "/rt/bad\\xff", "reason": "not valid UTF-8"}],
+        "resources": [{"key": "bot-1", "conflicts": [], "files": 2, "skipped_paths_count": 3}],
+        "unsafe_paths": {"total": 4, "by_kind": {"symlink": 3, "unreadable": 1}},
     }
     s = exposition(lambda: status)
     one = (("file", "events.jsonl"), ("key", "bot-1"))
@@ -65,6 +67,9 @@ def test_families_from_a_status_snapshot() -> None:
     assert s[("syncd_files", (("state", "in_sync"),))] == 0
     assert s[("syncd_diverged_files", ())] == 1
     assert s[("syncd_unreplicated_directories", ())] == 1
+    assert s[("syncd_resource_skipped_paths", (("key", "bot-1"),))] == 3
+    assert s[("syncd_unsafe_paths_total", (("kind", "symlink"),))] == 3
+    assert s[("syncd_unsafe_paths_total", (("kind", "unreadable"),))] == 1
     assert s[("syncd_shipped_bytes_total", one)] == 120
     assert s[("syncd_shipped_frames_total", one)] == 4
     assert s[("syncd_served_bytes_total", one)] == 7

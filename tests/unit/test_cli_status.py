@@ -97,3 +97,33 @@ def test_watch_redraws_until_interrupted(monkeypatch: pytest.MonkeyPatch, tmp_pa
     assert sleeps == [0.5, 0.5]
     assert result.output.count("every 0.5s, Ctrl-C to stop") == 2
     assert result.output.count("3 files: ") == 1 and result.output.count("1 file: ") == 1
+
+
+def test_render_names_what_the_bot_planted_below_an_instance() -> None:
+    planted = copy.deepcopy(STATUS)
+    planted["files"] = planted["files"][:1]
+    planted["resources"] = [{
+        "key": "bot-1", "conflicts": [], "refused": [], "fetching": [],
+        "skipped_paths": [
+            {"path": "artifacts", "kind": "symlink",
+             "reason": "a symbolic link: not followed, not replicated"},
+            {"path": "artifacts/private", "kind": "unreadable",
+             "reason": "cannot open: Permission denied"}],
+        "skipped_paths_count": 3}]
+    planted["unsafe_paths"] = {
+        "total": 3, "by_kind": {"symlink": 2, "unreadable": 1}, "at_least": False,
+        "recent": [{"path": "/rt/bot-1/resources/artifacts", "kind": "symlink",
+                    "reason": "a symbolic link: not followed, not replicated"}]}
+    assert render(planted).splitlines()[4:] == [
+        "",
+        "bot-1/resources/artifacts: not followed (symlink): a symbolic link: not followed, "
+        "not replicated",
+        "bot-1/resources/artifacts/private: not followed (unreadable): cannot open: "
+        "Permission denied",
+        "bot-1/resources: and 1 more not followed (see --json)",
+        "",
+        "3 entries below the roots refused, never followed (2 symlink, 1 unreadable)",
+        "  /rt/bot-1/resources/artifacts: a symbolic link: not followed, not replicated",
+        "",
+        "1 file: 1 in_sync; 1 ready to take over",
+    ]
