@@ -211,14 +211,24 @@ def test_regressions(name: str, damage: tuple[str, int] | None) -> None:
 # -- the long mode -------------------------------------------------------------------------
 
 
-def long_run(count: int) -> Tally:
+def summary(tally: Tally, seconds: float) -> str:
+    damages = ", ".join(f"{n} {name}" for name, n in sorted(tally.damages.items()))
+    return (f"{tally.histories} histories, {tally.prefixes} healthy prefixes, "
+            f"{sum(tally.damages.values())} damages ({damages}) in {seconds:.0f} s: "
+            f"false no {len(tally.false_no)}, false yes {len(tally.false_yes)}")
+
+
+def long_run(count: int, progress: int = 10_000) -> Tally:
     tally = Tally()
+    started = time.monotonic()
 
     @settings(max_examples=count, deadline=None, database=None, phases=[Phase.generate],
               suppress_health_check=list(HealthCheck))
     @given(histories(), cuts, picks)
     def run(h: History, cut: int, damage_picks: list[tuple[int, int, int]]) -> None:
         check_history(h, cut, damage_picks, tally)
+        if tally.histories % progress == 0:
+            print("  " + summary(tally, time.monotonic() - started), flush=True)
 
     run()
     return tally
@@ -230,10 +240,7 @@ def main() -> None:
     args = parser.parse_args()
     started = time.monotonic()
     tally = long_run(args.histories)
-    damages = ", ".join(f"{n} {name}" for name, n in sorted(tally.damages.items()))
-    print(f"{tally.histories} histories, {tally.prefixes} healthy prefixes, "
-          f"{sum(tally.damages.values())} damages ({damages}) in "
-          f"{time.monotonic() - started:.0f} s")
+    print(summary(tally, time.monotonic() - started))
     print(f"false no: {len(tally.false_no)}")
     print(f"false yes: {len(tally.false_yes)}")
     for failure in [*tally.false_no[:5], *tally.false_yes[:5]]:
