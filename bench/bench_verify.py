@@ -1,6 +1,6 @@
 """How fast `syncd verify` checks a log: ~200 MB of Ishiki-shaped lines, one core.
 
-    python3 bench/bench_verify.py [--mb 200] [--profile]
+    python3 bench/bench_verify.py [--mb 200] [--profile] [--against REF]
 
 Writes the log to a temporary file (deleted afterwards), then reads it back in the CLI's 1 MiB
 chunks through LogChecker and prints MB/s (MB = 10^6 bytes). The target is >= 100 MB/s.
@@ -10,15 +10,21 @@ turn.start, one to three steps of assistant tool call + tool result (tool output
 line to tens of KB), ishiki.images / ishiki.codemode.store / ishiki.narrative now and then, a
 closing assistant reply, turn.done; every few dozen turns a shake and a compact whose anchor
 names an earlier entry. Text is mostly Chinese, so UTF-8 validation gets real work.
+
+`--against REF` (a git commit or branch, e.g. main) also times that revision's
+syncd/core/logcheck.py on the same log, runs alternating, and prints both, as wall-clock and
+CPU time (the CPU time is what to compare on a shared machine).
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import importlib.util
 import os
 import pstats
 import random
+import subprocess
 import sys
 import tempfile
 import time
@@ -195,13 +201,42 @@ def write_log(path: Path, megabytes: int) -> int:
     return written
 
 
-def check(path: Path) -> tuple[float, Any]:
+def check(path: Path, checker_class: Any = LogChecker) -> tuple[float, Any]:
     started = time.perf_counter()
-    checker = LogChecker()
+    checker = checker_class()
     for chunk in read_chunks(path):
         checker.feed(chunk)
     report = checker.report()
     return time.perf_counter() - started, report
+
+
+def checker_of(ref: str, folder: Path) -> Any:
+    """LogChecker as revision `ref` has it (its logcheck.py, importing today's helpers)."""
+    source = subprocess.run(["git", "show", f"{ref}:syncd/core/logcheck.py"], check=True,
+                            capture_output=True, cwd=Path(__file__).resolve().parent.parent)
+    where = folder / "logcheck_ref.py"
+    where.write_bytes(source.stdout)
+    spec = importlib.util.spec_from_file_location("logcheck_ref", where)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["logcheck_ref"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module.LogChecker
+
+
+def compare(path: Path, size: int, ref: str, runs: int) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        theirs = checker_of(ref, Path(folder))
+        best: dict[str, list[float]] = {ref: [1e9, 1e9], "this tree": [1e9, 1e9]}
+        for _ in range(runs):
+            for label, cls in ((ref, theirs), ("this tree", LogChecker)):
+                cpu = time.process_time()
+                seconds, _ = check(path, cls)
+                cpu = time.process_time() - cpu
+                best[label] = [min(best[label][0], seconds), min(best[label][1], cpu)]
+        for label, (wall, cpu) in best.items():
+            print(f"{label}: best of {runs} {wall:.2f} s = {size / 1e6 / wall:.0f} MB/s wall, "
+                  f"{cpu:.2f} s = {size / 1e6 / cpu:.0f} MB/s CPU")
 
 
 def main() -> None:
@@ -209,6 +244,8 @@ def main() -> None:
     parser.add_argument("--mb", type=int, default=200, help="log size in MB (default 200)")
     parser.add_argument("--runs", type=int, default=3, help="timed runs; the best counts")
     parser.add_argument("--profile", action="store_true", help="print a cProfile of one run")
+    parser.add_argument("--against", metavar="REF",
+                        help="also time this git revision's checker, alternating runs")
     args = parser.parse_args()
 
     handle, name = tempfile.mkstemp(suffix=".jsonl", prefix="bench-verify-")
@@ -224,6 +261,8 @@ def main() -> None:
             f"{size / 1e6:.0f} MB, {report.lines} lines, {report.problem_total} problems: "
             f"best of {args.runs} {best:.2f} s = {size / 1e6 / best:.0f} MB/s"
         )
+        if args.against:
+            compare(path, size, args.against, args.runs)
         if args.profile:
             profiler = cProfile.Profile()
             profiler.runcall(check, path)

@@ -1,4 +1,4 @@
-"""The wire format (protocol version 4): topics and signed frames, without any I/O.
+"""The wire format (protocol version 5): topics and signed frames, without any I/O.
 
 Topic layout under the configured prefix P; every level after P is `level(name)`, an encoding
 of a node id, an instance key or a file name (see below):
@@ -8,9 +8,17 @@ of a node id, an instance key or a file name (see below):
     P/a/<node>                  a batch for everyone: the bytes <node> just got, of any files
     P/t/<to>/<node>             a batch for <to> only: requests, answers, refusals, probes
 
+Frames on P/a/<node> are numbered: `lane` counts them from 1 in each run of the sender, so a
+receiver sees every frame the broker dropped on the way to it (queue overflow, a publish the
+sender could not make) as a gap, and a quiet sender still sends a heartbeat (a `beat` item)
+every few tenths of a second (every second once it has been quiet for a while, saying so in
+the beat): what a receiver knows of the sender's copies is provably fresh
+(freshness.py, PeerStreams). `ask` (addressed) asks the sender to state every position again;
+it does so on P/a/<node>, ended by a beat naming the lane the restatement began with.
+
 A frame is one MQTT message:
 
-    b"sd\\x03" | Ed25519 signature (64) | header length (4, big-endian) | orjson header | bodies
+    b"sd\\x05" | Ed25519 signature (64) | header length (4, big-endian) | orjson header | bodies
 
 The header names the sender, its run (`epoch`, persisted and increasing across restarts), a
 sequence number, the send time (ms, informational only) and a list of items; each item is one
@@ -54,8 +62,8 @@ from syncd.core.identity import SIGNATURE_SIZE, Identity, verify
 from syncd.core.ledger import DIGEST_SIZE
 from syncd.core.names import file_problem, key_problem, part_problem, printable
 
-VERSION = 4
-PREAMBLE = b"sd\x04"
+VERSION = 5
+PREAMBLE = b"sd\x05"
 _HEADER_LEN = struct.Struct(">I")
 HEADER_START = len(PREAMBLE) + SIGNATURE_SIZE + _HEADER_LEN.size
 MAX_HEADER = 1 << 20
@@ -86,6 +94,10 @@ class Kind(Enum):
     RREQ = "rreq"
     RDATA = "rdata"
     RREFUSE = "rrefuse"
+    # A node's stream (no key or file): a heartbeat or the end of a restatement, on P/a; a
+    # request for a restatement, addressed.
+    BEAT = "beat"
+    ASK = "ask"
 
 
 class Channel(Enum):
@@ -98,14 +110,15 @@ class Channel(Enum):
 
 
 _ADDRESSED = {Kind.REQ, Kind.FILL, Kind.REFUSE, Kind.PROBE, Kind.PROBED,
-              Kind.RLIST, Kind.RHAVE, Kind.RREQ, Kind.RDATA, Kind.RREFUSE}
+              Kind.RLIST, Kind.RHAVE, Kind.RREQ, Kind.RDATA, Kind.RREFUSE, Kind.ASK}
+_NODE_KINDS = {Kind.NODE, Kind.BEAT, Kind.ASK}  # about the sender: no key, no file
 _WITH_BODY = {Kind.LIVE, Kind.FILL, Kind.PROBED, Kind.RHAVE, Kind.RDATA}
 _CHANNEL_KINDS = {
     Channel.PRESENCE: {Kind.NODE},
     Channel.POSITION: {Kind.POS},
     # A manifest's summary, and the entries a host just got, go to everyone; a full
     # manifest (RHAVE) goes to the host that asked for it.
-    Channel.ALL: {Kind.LIVE, Kind.POS, Kind.RSUM, Kind.RHAVE},
+    Channel.ALL: {Kind.LIVE, Kind.POS, Kind.RSUM, Kind.RHAVE, Kind.BEAT},
     Channel.TO: _ADDRESSED,
 }
 RESOURCES = "resources"  # the `file` of every resource item: the instance's resources/ tree
@@ -118,7 +131,7 @@ def channel_of(kind: Kind, to: str = "") -> Channel:
         return Channel.PRESENCE
     if kind is Kind.POS:
         return Channel.POSITION
-    if kind in (Kind.RSUM, Kind.RHAVE) and not to:
+    if kind in (Kind.RSUM, Kind.RHAVE, Kind.BEAT) and not to:
         return Channel.ALL
     if kind in _ADDRESSED:
         if not to:
@@ -396,8 +409,23 @@ class ResRefuse:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class Beat:
+    """'My stream goes on, my next frame on P/a comes within `every_ms`' (0: the default,
+    freshness.BEAT_INTERVAL); and, with `restated_from`, 'every position of mine was stated
+    again in my frames on P/a from that lane up to this one' (an answer to an Ask)."""
+
+    restated_from: int = 0
+    every_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """'What I know of your positions may be stale: state them all again.'"""
+
+
 Payload = (Presence | Announce | Data | Request | Refuse | Probe | Probed | ResSum | ResList
-           | ResHave | ResAsk | ResChunk | ResRefuse)
+           | ResHave | ResAsk | ResChunk | ResRefuse | Beat | Ask)
 
 
 @dataclass(frozen=True, slots=True)
@@ -427,6 +455,7 @@ class Frame:
     items: tuple[Item, ...]
     to: str = ""
     conn: int = 0  # presence only: which connection of the run it describes
+    lane: int = 0  # on P/a/<node> only: its number among the run's frames there, from 1
 
 
 def _item_header(item: Item) -> tuple[dict[str, Any], bytes]:
@@ -475,8 +504,16 @@ def _item_header(item: Item) -> tuple[dict[str, Any], bytes]:
         case ResRefuse(name, digest, held, reason):
             header = {"name": name, "digest": digest.hex(),
                       "held": held.hex() if held is not None else None, "reason": reason}
+        case Beat(restated_from, every_ms):
+            header = {}
+            if restated_from:
+                header["from"] = restated_from
+            if every_ms:
+                header["every"] = every_ms
+        case Ask():
+            header = {}
     header["k"] = item.kind.value
-    if item.kind is not Kind.NODE:
+    if item.kind not in _NODE_KINDS:
         header["key"] = item.key
         header["file"] = item.file
     if item.kind in _WITH_BODY:
@@ -490,7 +527,8 @@ def signed_part(topic: str, rest: bytes | memoryview) -> bytes:
     Ed25519 hashes its message twice (SHA-512) to sign and once to verify; over a 256 KiB
     chunk that cost 0.75 ms to sign and 0.47 ms to verify on the reference machine, against
     0.2 and 0.3 ms over its SHA-256 (hardware-accelerated where the CPU has SHA extensions).
-    Protocol version 4 differs from 3 by this only."""
+    Protocol version 4 differs from 3 by this only; 5 adds the numbered stream (`lane`, beat,
+    ask)."""
     return topic.encode("utf-8", "surrogateescape") + b"\x00" + hashlib.sha256(rest).digest()
 
 
@@ -507,13 +545,15 @@ def encode(frame: Frame, identity: Identity, topic: str) -> bytes:
         head["to"] = frame.to
     if frame.conn:
         head["conn"] = frame.conn
+    if frame.lane:
+        head["lane"] = frame.lane
     raw = orjson.dumps(head)
     rest = _HEADER_LEN.pack(len(raw)) + raw + b"".join(bodies)
     return b"".join((PREAMBLE, identity.sign(signed_part(topic, rest)), rest))
 
 
 def check_signature(payload: bytes, topic: str, key: Ed25519PublicKey) -> None:
-    """Raise FrameError unless `payload` is a version-4 frame signed by `key` for `topic`."""
+    """Raise FrameError unless `payload` is a version-5 frame signed by `key` for `topic`."""
     if not payload.startswith(PREAMBLE):
         if payload[:2] == PREAMBLE[:2] and len(payload) > 2:
             raise FrameError(f"protocol version {payload[2]} frame; this host speaks version "
@@ -574,8 +614,11 @@ def decode(route: Route, payload: bytes, sender: str, max_data: int,
         items.append(item)
     if at != len(body):
         raise FrameError(f"{len(body) - at} bytes after the last item")
+    lane = _count(head, "lane", 0)
+    if lane and route.channel is not Channel.ALL:
+        raise FrameError("field 'lane' numbers frames on P/a only")
     return Frame(sender, _count(head, "epoch"), _count(head, "seq"), _count(head, "ts"),
-                 tuple(items), to if isinstance(to, str) else "", _count(head, "conn", 0))
+                 tuple(items), to if isinstance(to, str) else "", _count(head, "conn", 0), lane)
 
 
 def _item(raw: dict[str, Any], body: memoryview, at: int, max_data: int,
@@ -587,7 +630,7 @@ def _item(raw: dict[str, Any], body: memoryview, at: int, max_data: int,
     if kind not in allowed:
         raise FrameError(f"a {kind.value} item on the wrong topic")
     key = file = ""
-    if kind is not Kind.NODE:
+    if kind not in _NODE_KINDS:
         key_, file_ = raw.get("key"), raw.get("file")
         if not isinstance(key_, str) or not isinstance(file_, str):
             raise FrameError("an item needs 'key' and 'file' strings")
@@ -608,6 +651,10 @@ def _item(raw: dict[str, Any], body: memoryview, at: int, max_data: int,
 
 def _payload(kind: Kind, header: dict[str, Any], body: bytes) -> Payload:
     match kind:
+        case Kind.BEAT:
+            return Beat(_count(header, "from", 0), _count(header, "every", 0))
+        case Kind.ASK:
+            return Ask()
         case Kind.NODE:
             retired = header.get("retired", False)
             if not isinstance(retired, bool):

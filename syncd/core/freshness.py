@@ -26,6 +26,9 @@ Rules, pure bookkeeping without I/O:
 - batches: from the sender's newest run only, each topic's sequence numbers increasing. A
   batch the broker delivers out of order is dropped like a lost one, which anti-entropy
   repairs.
+
+PeerStreams (below) answers another question about the same frames: whether what we know of
+a peer's copies is complete and recent, which READY rests on (readiness.py).
 """
 
 from __future__ import annotations
@@ -126,3 +129,138 @@ class ReplayGuard:
         self._presence[frame.sender] = (frame.epoch, frame.conn, True)
         return True if last is None or not last[2] else None
 
+
+
+# --- is what we know of a peer's copies complete? -------------------------------------------
+
+# A host sends a beat on P/a/<node> when it has sent nothing there for BEAT_INTERVAL seconds,
+# or IDLE_BEAT once it has sent nothing but beats for ACTIVE_FOR (a beat says which: a beat
+# costs a signature here and a verification on every peer, four a second were five times an
+# idle daemon's CPU). After any other frame the next comes within BEAT_INTERVAL. A peer whose
+# next frame is SLACK late is not confirmed. READY rests on this: bytes a peer made durable
+# BEAT_INTERVAL + SLACK (plus the broker's delay) before a READY yes travelled in a frame sent
+# before one we got, with no frame lost in between; IDLE_BEAT + SLACK for the first write
+# after a quiet while.
+BEAT_INTERVAL = 0.25
+IDLE_BEAT = 1.0
+ACTIVE_FOR = 5.0
+SLACK = 0.5
+STALE_AFTER = BEAT_INTERVAL + SLACK  # the usual limit: a peer that wrote or beat fast
+ASK_RETRY = 1.0  # seconds before an unanswered ask is sent again (it or its answer was lost)
+
+
+@dataclass(frozen=True, slots=True)
+class Confirmation:
+    """Whether everything a peer has sent us on P/a since we last knew all its positions has
+    arrived, and recently; if not, since when and why."""
+
+    confirmed: bool
+    since: float | None = None
+    why: str | None = None
+
+
+@dataclass(slots=True)
+class _Stream:
+    epoch: int
+    lane: int  # the last frame's number
+    run_start: int  # the first frame of the run without a gap that ends with `lane`
+    heard_at: float
+    expect: float  # seconds within which its next frame is due (what its last one said)
+    doubt: str | None = None  # why its positions may be stale, until it states them again
+    doubt_since: float | None = None
+    asked_at: float | None = None
+
+
+class PeerStreams:
+    """The numbered frames each peer sends on P/a (frames.py, `lane`), as they arrive here.
+
+    Our knowledge of a peer's positions is in doubt from the first frame we hear of it (or of
+    a new run of it), at a gap in its numbers (frames the broker dropped: a full queue, a
+    publish it could not make), after a silence longer than promised (what comes then may
+    be what a broker held back) and at a reconnection of ours, until the peer has stated every
+    position again in frames that all reached us: a beat naming the lane its restatement
+    began with, that lane not before the start of our run without gaps. While in doubt, the
+    peer is asked (`asks_due`) every ASK_RETRY seconds. Pure: times are given (wall clock).
+    """
+
+    def __init__(self) -> None:
+        self._streams: dict[str, _Stream] = {}
+
+    def frame(self, node: str, epoch: int, lane: int, now: float,
+              expect: float = BEAT_INTERVAL) -> None:
+        """A numbered frame of `node` arrived (authentic and new: ReplayGuard passed it),
+        saying its next one comes within `expect` seconds (a beat's every_ms)."""
+        s = self._streams.get(node)
+        if s is None or epoch > s.epoch:
+            why = "first heard" if s is None else "it restarted"
+            self._streams[node] = _Stream(epoch, lane, lane, now, expect,
+                                          f"{why}: waiting for it to state its positions", now)
+            return
+        if epoch < s.epoch or lane <= s.lane:
+            return  # an earlier run's, or late: nothing it says is news
+        if now - s.heard_at > s.expect + SLACK and s.doubt is None:
+            # After a silence, frames that come may be old ones a broker held (a partition
+            # that healed): they prove nothing about now, and the ones after them may be
+            # lost. Only a restatement made after our ask does.
+            s.doubt = f"nothing heard from it for {now - s.heard_at:.1f} s"
+            s.doubt_since = s.heard_at
+            s.asked_at = None
+        if lane > s.lane + 1:
+            lost = lane - s.lane - 1
+            if s.doubt is None:
+                s.doubt = (f"{lost} of its frames did not reach us (a broker queue overflowed, "
+                           "or it could not publish them)")
+                s.doubt_since = now
+                s.asked_at = None  # ask at once
+            s.run_start = lane
+        s.lane = lane
+        s.heard_at = now
+        s.expect = expect
+
+    def restated(self, node: str, restated_from: int) -> None:
+        """The frame just passed to `frame` ends a restatement that began at `restated_from`:
+        if every frame of it reached us, what we know of `node` is complete again."""
+        s = self._streams.get(node)
+        if s is not None and s.doubt is not None and s.run_start <= restated_from <= s.lane:
+            s.doubt = s.doubt_since = s.asked_at = None
+
+    def reconnected(self, now: float, when: str) -> None:
+        """Our own connection was new: what every peer sent meanwhile is unknown."""
+        self.doubt_all(now, f"we reconnected to the broker at {when}")
+
+    def doubt_all(self, now: float, why: str) -> None:
+        """Something on our side may have cost us frames (a reconnection; publishes of ours
+        dropped: the connection is congested): doubt every peer, and ask each at once."""
+        for s in self._streams.values():
+            if s.doubt is None:
+                s.doubt = why
+                s.doubt_since = now
+            s.asked_at = None
+
+    def forget(self, node: str) -> None:
+        self._streams.pop(node, None)
+
+    def confirmation(self, node: str, now: float) -> Confirmation:
+        s = self._streams.get(node)
+        if s is None:
+            return Confirmation(False, None, "nothing heard from it yet")
+        if s.doubt is not None:
+            asked = " (asked again)" if s.asked_at is not None else ""
+            return Confirmation(False, s.doubt_since, s.doubt + asked)
+        if now - s.heard_at > s.expect + SLACK:
+            return Confirmation(False, s.heard_at, f"nothing heard from it for "
+                                f"{now - s.heard_at:.1f} s (a link or broker in trouble?)")
+        return Confirmation(True)
+
+    def in_doubt(self) -> bool:
+        return any(s.doubt is not None for s in self._streams.values())
+
+    def asks_due(self, now: float, online: set[str]) -> list[str]:
+        """The online peers in doubt to ask (again) now; recorded as asked."""
+        due = []
+        for node, s in self._streams.items():
+            if (node in online and s.doubt is not None
+                    and (s.asked_at is None or now - s.asked_at >= ASK_RETRY)):
+                s.asked_at = now
+                due.append(node)
+        return sorted(due)

@@ -63,6 +63,24 @@ turn's window, and each is checked accordingly (information, never a problem):
    not ended, with no turn started after it, is Report.turn_in_progress (information). An
    unfinished turn followed by a later turn.start is damage (open_turn): turns run one at a
    time ("turn.queued" waits), so the earlier one can no longer end.
+6. Inside the turn in progress, a step under way. "每个 assistant tool-call 之后应有同
+   toolCallId 的 tool 消息" (every assistant tool call is followed by a tool message with the
+   same toolCallId) holds for a finished turn. While the tool runs (seconds, often) the
+   assistant line is written and its result is not yet: a tool call of the turn in progress
+   without a result is Report.pending_tool_calls (information). Once its turn ends, or a
+   later turn starts, a missing result is damage (unpaired_tool_call), as before. The other
+   entries of a step under way (ishiki.images, ishiki.codemode.store and ishiki.narrative
+   after the assistant message, compaction entries before the next request) are checked by
+   the rules above, which they pass wherever a step may stop.
+
+One more check the seed motivates, on ishiki.images: "键的格式是 <附件消息的 data.id>:<items
+下标>" and "重启后 restore 用这些历史记录重建槽位，已释放的图不会被重新投喂" (restore rebuilds the
+image slots from these records; released images are not fed again); "ishiki.images 缺失或被手工
+删掉 ... 会重新投喂一遍" (a missing or deleted record re-feeds images). A record can only release
+an image a record showed (the same record, for a "once" image, or an earlier one): a release
+of an image no record before it shows means the record that showed it is gone
+(missing_images_record). A deleted record that showed and released the same images (a "once"
+image) leaves no trace in the file: no check can find it.
 """
 
 from __future__ import annotations
@@ -83,7 +101,7 @@ import orjson
 
 from syncd.core.refs import line_refs
 
-STATE_VERSION = 3
+STATE_VERSION = 4
 
 # Enough to act on; a file with more bad lines than this is broken as a whole.
 MAX_LISTED = 1000
@@ -93,6 +111,8 @@ TURN_START = "turn.start"
 TURN_TERMINALS = ("turn.done", "turn.failed", "turn.aborted")
 TURN_EVENTS = (TURN_START, *TURN_TERMINALS)
 COMPACT_TYPES = frozenset({"ishiki.compact", "ishiki.chat.compact"})
+IMAGES_TYPE = "ishiki.images"
+PENDING_SHOWN = 3  # pending tool calls named one by one in the notes
 # Entries the seed says may be written after their turn's terminal event (see the header).
 LATE_PROJECTION_TYPES = frozenset({"ishiki.narrative"})
 
@@ -121,6 +141,7 @@ class ProblemKind(StrEnum):
     ENTRY_AFTER_TURN_END = "entry_after_turn_end"
     UNPAIRED_TOOL_CALL = "unpaired_tool_call"
     MISSING_ANCHOR = "missing_anchor"
+    MISSING_IMAGES_RECORD = "missing_images_record"
     MISSING_RESOURCE = "missing_resource"
     TORN_TAIL = "torn_tail"
 
@@ -169,6 +190,21 @@ class TurnInProgress:
 
 
 @dataclass(frozen=True)
+class PendingCall:
+    """A tool call of the turn in progress still waiting for its result: information."""
+
+    tool_call_id: str
+    tool: str | None
+    turn_id: str
+    line: int  # of the assistant message
+    offset: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"tool_call_id": self.tool_call_id, "tool": self.tool, "turn_id": self.turn_id,
+                "line": self.line, "offset": self.offset}
+
+
+@dataclass(frozen=True)
 class Report:
     bytes_checked: int  # every byte fed, the torn tail included
     lines: int  # complete (newline-terminated) lines
@@ -183,6 +219,7 @@ class Report:
     # allows, by type, and the turn in progress at the tail.
     late_projections: Mapping[str, int] = dataclasses.field(default_factory=dict)
     turn_in_progress: TurnInProgress | None = None
+    pending_tool_calls: tuple[PendingCall, ...] = ()  # of the turn in progress, by line
     extra_notes: tuple[str, ...] = ()
 
     @property
@@ -197,6 +234,16 @@ class Report:
             t = self.turn_in_progress
             out.append(f"turn {t.turn_id} in progress since line {t.line}"
                        + (f" ({_ms_text(t.timestamp)})" if t.timestamp is not None else ""))
+        pending = self.pending_tool_calls
+        if len(pending) > PENDING_SHOWN:
+            lines = ", ".join(str(p.line) for p in pending[:PENDING_SHOWN])
+            out.append(f"{len(pending)} tool calls of the turn in progress wait for their "
+                       f"results (lines {lines} ...)")
+        else:
+            for p in pending:
+                tool = f" ({p.tool})" if p.tool is not None else ""
+                out.append(f"tool call {p.tool_call_id}{tool} at line {p.line} waits for its "
+                           "result (its turn is in progress)")
         for kind, count in self.late_projections.items():
             out.append(f"late {kind} entries: {count} (written after their turn ended, "
                        "as the seed allows)")
@@ -227,6 +274,7 @@ class Report:
             "late_projections": dict(self.late_projections),
             "turn_in_progress": (self.turn_in_progress.to_json()
                                  if self.turn_in_progress is not None else None),
+            "pending_tool_calls": [p.to_json() for p in self.pending_tool_calls],
             "notes": self.notes,
         }
 
@@ -363,6 +411,7 @@ class LogChecker:
         self._last_start: list[Any] | None = None
         self._tool_calls: dict[str, list[_CallSite]] = {}
         self._entry_ids = _IdSet()
+        self._shown_images = _IdSet()  # keys any ishiki.images record showed (as digests)
         self._anchors: list[_AnchorSite] = []
         self._recorded: list[Problem] = []
         self._recorded_counts: dict[str, int] = {}
@@ -499,12 +548,32 @@ class LogChecker:
                 self._anchors.append(
                     (line, offset, entry_type, anchor if type(anchor) is str else None)
                 )
+        elif entry_type == IMAGES_TYPE and type(data) is dict:
+            self._check_images(data, line, offset)
 
         if type(turn_id) is str:
             self._track_turn(turn_id, event_type, entry_type, line, offset)
             if event_type == TURN_START:
                 stamp = entry.get("timestamp")
                 self._last_start = [turn_id, stamp if type(stamp) in (int, float) else None]
+
+    def _check_images(self, data: dict[str, Any], line: int, offset: int) -> None:
+        shown, released = data.get("shown"), data.get("released")
+        if type(shown) is list:
+            for key in shown:
+                if type(key) is str:
+                    self._shown_images.add(_id_digest(key))
+        if type(released) is not list:
+            return
+        unshown = [key for key in released
+                   if type(key) is str and _id_digest(key) not in self._shown_images]
+        if unshown:
+            more = f" (and {len(unshown) - 1} more)" if len(unshown) > 1 else ""
+            self._record(Problem(
+                ProblemKind.MISSING_IMAGES_RECORD, line, offset,
+                f'ishiki.images releases image "{unshown[0]}"{more}, which no ishiki.images '
+                "record before it shows: the record that showed it is missing (a restart "
+                "would feed it to the model again)"))
 
     def _track_turn(self, turn_id: str, event_type: Any, entry_type: str, line: int,
                     offset: int) -> None:
@@ -685,8 +754,13 @@ class LogChecker:
                     turn_id=turn_id,
                 )
             )
+        pending: list[PendingCall] = []
         for call_id, sites in self._tool_calls.items():
             for line, offset, name, call_turn in sites:
+                if in_progress is not None and call_turn == in_progress.turn_id:
+                    # A step under way: its tool is still running (see the header, 6).
+                    pending.append(PendingCall(call_id, name, call_turn, line, offset))
+                    continue
                 tool = f" ({name})" if name is not None else ""
                 derived.append(
                     Problem(
@@ -734,6 +808,7 @@ class LogChecker:
             message_types=dict(sorted(self._message_types.items())),
             late_projections=dict(sorted(self._late_projections.items())),
             turn_in_progress=in_progress,
+            pending_tool_calls=tuple(sorted(pending, key=lambda p: (p.line, p.tool_call_id))),
         )
 
     def _torn_tail(self) -> Problem:
@@ -778,6 +853,7 @@ class LogChecker:
             "last_start": self._last_start,
             "tool_calls": self._tool_calls,
             "entry_ids": base64.b64encode(_pack_ids(self._entry_ids)).decode(),
+            "shown_images": base64.b64encode(_pack_ids(self._shown_images)).decode(),
             "anchors": self._anchors,
             "recorded": [problem.to_json() for problem in self._recorded],
             "recorded_counts": self._recorded_counts,
@@ -815,6 +891,7 @@ class LogChecker:
             for call_id, sites in state["tool_calls"].items()
         }
         checker._entry_ids = _unpack_ids(base64.b64decode(state["entry_ids"]))
+        checker._shown_images = _unpack_ids(base64.b64decode(state["shown_images"]))
         checker._anchors = [(a[0], a[1], a[2], a[3]) for a in state["anchors"]]
         checker._recorded = [
             Problem(

@@ -1393,6 +1393,14 @@ class Machine:
         return Announce(self.position.size, self.position.digest, frozen, answers,
                         tuple(sorted(self.diverged)))
 
+    def stated_position(self) -> Announce | None:
+        """Our position as it stands, to state again when a peer asks (None while loading or
+        unreadable: nothing known to announce yet). The same announcement `_announce` makes,
+        without its timing: a restatement goes out at once, whatever the gap."""
+        if self.mode in (Mode.LOADING, Mode.UNREADABLE):
+            return None
+        return self._announcement()
+
     def _announce(self, now: float, out: list[Effect], at_once: bool = False,
                   answers: int = 0) -> None:
         """Publish our position (retained), at most every ANNOUNCE_GAP seconds per file.

@@ -50,6 +50,16 @@ class PeerFacts:
 
 
 @dataclass(frozen=True)
+class Unconfirmed:
+    """An online peer whose positions we cannot confirm as complete and recent (freshness.py,
+    PeerStreams; or frames of it that arrived and are not handled here yet)."""
+
+    name: str
+    since: float | None
+    why: str
+
+
+@dataclass(frozen=True)
 class Facts:
     """Everything READY depends on, for one file on this host."""
 
@@ -75,6 +85,8 @@ class Facts:
     missing_resources: tuple[str, ...] = ()
     unheld_resources: int = 0
     resource_conflicts: int = 0
+    # Online peers (that may write this key) whose positions are not provably fresh.
+    unconfirmed: tuple[Unconfirmed, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -103,7 +115,10 @@ def decide(f: Facts) -> Verdict:
     connected to the broker and have been for PEERS_SETTLE seconds; the log checks read the
     whole copy (or all but bytes that arrived within CHECK_GRACE) and found no problem; every
     resource file the log references (an artifact, or an asset some host holds) is here, and
-    no write-once resource differs from a peer's copy.
+    no write-once resource differs from a peer's copy; and what we know of every online peer
+    is provably fresh: none of its frames was lost since it last stated all its positions, one
+    arrived within STALE_AFTER, and none waits to be handled (a position the broker dropped
+    would otherwise leave us believing an old one: a yes for a copy that lacks bytes).
     """
     why: list[str] = []
     notes: list[str] = []
@@ -156,6 +171,11 @@ def decide(f: Facts) -> Verdict:
             elif p.ahead_by <= 0 and p.frozen is None and not p.diverged:
                 notes.append(f"{p.name} offline{_since(p.offline_since)}: what it wrote after "
                              "that is not here")
+    grew = {p.name: p.grew_at for p in f.peers}
+    for u in sorted(f.unconfirmed, key=lambda u: u.name):
+        last_write = grew.get(u.name)
+        last = f"; it last wrote at {when(last_write)}" if last_write is not None else ""
+        why.append(f"what {u.name} holds is not confirmed{_since(u.since)}: {u.why}{last}")
     _log_check(f, why, notes)
     _resources(f, why, notes)
     if f.role == "replica":
@@ -183,10 +203,24 @@ def _resources(f: Facts, why: list[str], notes: list[str]) -> None:
                      "host (never fetched by the writer)")
 
 
+LINES_SHOWN = 3
+
+
+def _where(report: Report, kind: str) -> str:
+    """ (at line 12)", " (at lines 12, 40, 41 ...)": where the problems of one kind are, so
+    that the operator can look at them (`syncd verify` lists every one)."""
+    lines = [p.line for p in report.problems if p.kind == kind]
+    if not lines:
+        return ""
+    shown = ", ".join(str(n) for n in lines[:LINES_SHOWN])
+    more = " ..." if len(lines) > LINES_SHOWN or report.problem_counts[kind] > len(lines) else ""
+    return f" (at line {shown})" if len(lines) == 1 and not more else f" (at lines {shown}{more})"
+
+
 def _log_check(f: Facts, why: list[str], notes: list[str]) -> None:
     report = f.report
     if report is not None and not report.clean:
-        kinds = ", ".join(f"{k} {n}" for k, n in report.problem_counts.items())
+        kinds = ", ".join(f"{k} {n}{_where(report, k)}" for k, n in report.problem_counts.items())
         why.append(f"log check found problems: {kinds}")
     if f.checked < f.size or report is None:
         recent = f.checked_at is not None and f.now - f.checked_at < CHECK_GRACE

@@ -36,11 +36,12 @@ from syncd.core.events import (
     PeerRequest,
 )
 from syncd.core.frames import Channel, FrameError, Kind
-from syncd.core.freshness import ReplayGuard
+from syncd.core.freshness import ACTIVE_FOR, BEAT_INTERVAL, IDLE_BEAT, PeerStreams, ReplayGuard
 from syncd.core.identity import Identity, IdentityError
 from syncd.core.machine import Tuning
 from syncd.core.names import printable
 from syncd.core.oslimits import shortfalls
+from syncd.core.readiness import Unconfirmed, when
 from syncd.core.roots import MAX_DEPTH, KeyPathError
 from syncd.core.telemetry import Telemetry
 from syncd.core.unsafe import UnsafePaths
@@ -72,6 +73,9 @@ SWEEP_FILES = 100  # files stat'ed per sweep while the watcher is on (see _sweep
 DISCOVER_EVERY = 5
 REFUSED_SHOWN = 100  # keys refused (a peer's may be many): status and log name this many
 STATUS_SLICE = 0.004  # seconds of building a status before the loop gets a turn
+# A peer may ask us to state every position again (freshness.py): at most once a RESTATE_GAP
+# seconds, however many ask, so that what asking costs us stays bounded.
+RESTATE_GAP = 1.0
 
 
 def _event(kind: Kind, sender: str, body: frames.Payload) -> Event | None:
@@ -145,6 +149,18 @@ class Node:
         self._guard = ReplayGuard()  # again in check_dirs(), with the runs kept in state_dir
         self._peer_epochs = PeerEpochs(config.state_dir)
         self._epochs_unsaved = False
+        # Our frames on P/a are numbered (frames.py, `lane`); theirs are followed here.
+        self._lane = 0
+        self._lane_sent_at = 0.0  # loop time of our last frame there (a beat follows a quiet)
+        self._active_at = 0.0  # loop time of our last frame there other than a lone beat
+        self._beat_every = BEAT_INTERVAL  # what our last beat promised
+        self._pace = asyncio.Event()  # set when the fast pace is back: the beat loop wakes
+        self._streams = PeerStreams()
+        self._restate_timer: asyncio.TimerHandle | None = None
+        self._restated_at = -RESTATE_GAP
+        self.asks = 0  # asks for a restatement received
+        self.restatements = 0
+        self._dropped_seen = 0  # link.dropped when the stream loop last looked
         self.link = Link(config, self._on_message, self._on_connected, self.seal_presence,
                          self._subscriptions)
         self._outbox = Outbox(self._publish_batch, config.chunk_bytes)
@@ -191,14 +207,29 @@ class Node:
     def _publish_batch(self, topic: str, to: str, items: tuple[frames.Item, ...]) -> None:
         # Live batches at QoS 0: a lost one is a gap the next batch or position reveals (and
         # fetched again), and QoS 1 costs a PUBACK each way per write (docs/protocol.md, QoS).
-        self.link.publish(topic, self._seal(topic, items, to=to), qos=1 if to else 0)
+        lane = 0
+        if not to:
+            # Numbered even if the publish is dropped: the peers then see the gap.
+            self._lane += 1
+            lane = self._lane
+            self._lane_sent_at = asyncio.get_running_loop().time()
+            lone = items[0].payload if len(items) == 1 else None
+            if not (isinstance(lone, frames.Beat) and lone.every_ms):
+                # Not a beat promising its own pace: the next frame comes within
+                # BEAT_INTERVAL (a peer assumes so of any frame but such a beat).
+                self._active_at = self._lane_sent_at
+                if self._beat_every != BEAT_INTERVAL:
+                    self._beat_every = BEAT_INTERVAL
+                    self._pace.set()
+        self.link.publish(topic, self._seal(topic, items, to=to, lane=lane),
+                          qos=1 if to else 0)
 
     def _seal(self, topic: str, items: tuple[frames.Item, ...], to: str = "",
-              conn: int | None = None) -> bytes:
+              conn: int | None = None, lane: int = 0) -> bytes:
         """Encode and sign a frame for `topic`, stamped with our run, connection and order."""
         assert self.identity is not None
         frame = frames.Frame(self.node, self.epoch, next(self._seq), time.time_ns() // 1_000_000,
-                             items, to, self.link.conn if conn is None else conn)
+                             items, to, self.link.conn if conn is None else conn, lane)
         return frames.encode(frame, self.identity, topic)
 
     def seal_presence(self, topic: str, online: bool, conn: int) -> bytes:
@@ -228,6 +259,17 @@ class Node:
 
     def missing_resources(self, key: str, refs: Iterable[str]) -> tuple[list[str], int, int]:
         return self.resources.missing(key, refs)
+
+    def unconfirmed_peers(self, key: str) -> list[Unconfirmed]:
+        now = time.time()
+        out = []
+        for node, online in self.presence.items():
+            if not online or not self.config.may_write(key, node):
+                continue
+            c = self._streams.confirmation(node, now)
+            if not c.confirmed:
+                out.append(Unconfirmed(node, c.since, c.why or "unknown"))
+        return out
 
     def note_unsafe(self, path: str, kind: str, reason: str) -> None:
         """An entry below a root refused (never followed): counted, logged once, shown."""
@@ -293,6 +335,7 @@ class Node:
             asyncio.create_task(self.link.run(), name="link"),
             asyncio.create_task(self._sweep_forever(), name="sweep"),
             asyncio.create_task(scrub_forever(self), name="scrub"),
+            asyncio.create_task(self._stream_forever(), name="stream"),
         ]
         for service in self.services:
             await service.start(self.socket_path)
@@ -612,6 +655,10 @@ class Node:
 
     async def _on_connected(self) -> None:
         self._connected_at = time.time()
+        # What every peer sent while we were away is unknown: each is asked to state its
+        # positions again (the presence we are about to read may be old: ask them all).
+        self._streams.reconnected(self._connected_at, when(self._connected_at))
+        self._ask(sorted(n for n in self.config.peers if n != self.node))
         self._positions.forget()  # the broker may have lost them: every file's next goes at once
         for r in self.replicas.values():
             r.reconnected()
@@ -647,9 +694,22 @@ class Node:
             return
         if verdict.online is not None:
             self._presence_changed(sender, verdict.online)
+        if frame.lane:
+            beat = next((i.payload for i in frame.items if isinstance(i.payload, frames.Beat)),
+                        None)
+            every = beat.every_ms / 1000 if beat is not None and beat.every_ms else BEAT_INTERVAL
+            self._streams.frame(sender, frame.epoch, frame.lane, time.time(), every)
         for item in frame.items:
             self.telemetry.count("received", item.kind.value, item.size)
-            self._deliver(sender, frame, item)
+            if item.kind is Kind.BEAT:
+                assert isinstance(item.payload, frames.Beat)
+                if item.payload.restated_from and frame.lane:
+                    # After the positions this frame carried were delivered, in item order.
+                    self._streams.restated(sender, item.payload.restated_from)
+            elif item.kind is Kind.ASK:
+                self._asked_by(sender)
+            else:
+                self._deliver(sender, frame, item)
 
     def _deliver(self, sender: str, frame: frames.Frame, item: frames.Item) -> None:
         if item.kind in RESOURCE_KINDS:
@@ -721,6 +781,7 @@ class Node:
     def _unlist(self, node: str) -> None:
         """A node removed from [peers]: drop it from presence, every file and the metrics."""
         self.presence.pop(node, None)
+        self._streams.forget(node)
         self.presence_since.pop(node, None)
         self.telemetry.forget(node)
         self.budgets.forget(node)
@@ -742,6 +803,88 @@ class Node:
             self._last_reject_log[who] = now
             log.warning("rejected frame on %r: %s (%d rejected so far)", topic[:200], reason,
                         self.rejected)
+
+    # --- the numbered stream (freshness.py, PeerStreams) -----------------------------------
+
+    async def _stream_forever(self) -> None:
+        """A beat on P/a when nothing else went there for the interval our last frame promised
+        (so that a peer can tell a quiet host from a stream it no longer hears): BEAT_INTERVAL,
+        or IDLE_BEAT once only beats went for ACTIVE_FOR; and the asks that are due."""
+        loop = asyncio.get_running_loop()
+        while True:
+            now = loop.time()
+            if now >= self._lane_sent_at + self._beat_every:
+                if self.link.connected.is_set():
+                    # Promise the slow pace once this beat ends ACTIVE_FOR of quiet; a frame
+                    # sent meanwhile brings the fast pace back at once.
+                    quiet = now + BEAT_INTERVAL - self._active_at >= ACTIVE_FOR
+                    every = IDLE_BEAT if quiet else BEAT_INTERVAL
+                    self._outbox.add(frames.all_topic(self._prefix, self.node), "",
+                                     frames.Item(Kind.BEAT, frames.Beat(
+                                         every_ms=round(every * 1000))))
+                    self._outbox.flush()
+                    self._beat_every = every
+                else:
+                    self._lane_sent_at = now
+            dropped = self.link.dropped
+            if dropped != self._dropped_seen:
+                # Our publishes are being dropped (the connection is congested, or went):
+                # what reaches us may be short too, and our asks may be among them.
+                self._streams.doubt_all(time.time(), f"{dropped - self._dropped_seen} "
+                                        "publishes of ours were dropped (a congested link)")
+                self._dropped_seen = dropped
+            if self.link.connected.is_set():
+                online = {n for n, o in self.presence.items() if o}
+                self._ask(self._streams.asks_due(time.time(), online))
+            wait = self._lane_sent_at + self._beat_every - loop.time()
+            if self._streams.in_doubt():
+                wait = min(wait, BEAT_INTERVAL)  # asks are due every ASK_RETRY
+            self._pace.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(0.01, wait)):
+                    await self._pace.wait()
+
+    def _ask(self, nodes: list[str]) -> None:
+        for node in nodes:
+            if node in self.config.peers:
+                self.send(Kind.ASK, "", "", frames.Ask(), to=node)
+
+    def _asked_by(self, peer: str) -> None:
+        """A peer doubts what it knows of us: state every position again, soon (at most once
+        a RESTATE_GAP, for everyone who asked meanwhile)."""
+        self.asks += 1
+        if self._restate_timer is not None:
+            return
+        loop = asyncio.get_running_loop()
+        self._restate_timer = loop.call_at(max(loop.time(), self._restated_at + RESTATE_GAP),
+                                           self._restate)
+
+    def _restate(self) -> None:
+        """Every position, on P/a, then a beat naming the lane where they began: a peer that
+        got every frame from that lane to the beat knows all our positions again."""
+        self._restate_timer = None
+        self._restated_at = asyncio.get_running_loop().time()
+        self.restatements += 1
+        self._positions.release_held()  # older ones first, not after
+        self._outbox.flush()
+        topic = frames.all_topic(self._prefix, self.node)
+        first = self._lane + 1
+        for (key, file), r in sorted(self.replicas.items()):
+            ann = r.machine.stated_position()
+            if ann is not None:
+                item = frames.Item(Kind.POS, ann, key, file)
+                self.telemetry.count("sent", Kind.POS.value, item.size)
+                self._outbox.add(topic, "", item)
+        self._outbox.add(topic, "", frames.Item(Kind.BEAT, frames.Beat(first)))
+        self._outbox.flush()  # more than a lone beat: the fast pace follows
+
+    def _peer_status(self, node: str, online: bool, now: float) -> dict[str, Any]:
+        out: dict[str, Any] = {"online": online, "since": self.presence_since.get(node)}
+        c = self._streams.confirmation(node, now)
+        out["confirmed"] = c.confirmed
+        if not c.confirmed:
+            out["unconfirmed_since"], out["unconfirmed"] = c.since, c.why
+        return out
 
     # --- control socket ---------------------------------------------------------------------
 
@@ -814,6 +957,7 @@ class Node:
         skipped += [{"key": printable(k), "path": None, "reason": why}
                     for k, why in sorted(self._refused.items())]
         ready = sum(1 for f in files if f["ready"])
+        now_wall = time.time()
         return {
             "node": self.node,
             "broker": self.link.broker,  # the one in use (connected, or being tried)
@@ -823,8 +967,9 @@ class Node:
             "connected_since": self.connected_since(),
             "queued_bytes": self.link.queued,  # published, not yet acknowledged by the broker
             "publishes_dropped": self.link.dropped,  # over [mqtt] max_queued_bytes
-            "peers": {n: {"online": o, "since": self.presence_since.get(n)}
+            "peers": {n: self._peer_status(n, o, now_wall)
                       for n, o in sorted(self.presence.items())},
+            "restatements": {"asked": self.asks, "made": self.restatements},
             "ready_count": {"yes": ready, "no": len(files) - ready},
             "rejected_frames": self.rejected,
             "peer_budgets": self.budgets.status(),

@@ -16,7 +16,7 @@ import errno
 import logging
 import os
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol
@@ -47,7 +47,9 @@ from syncd.core.events import (
     Look,
     LookAgain,
     NoteAppending,
+    PeerData,
     PeerForgotten,
+    PeerPos,
     Persist,
     Reassess,
     Reconnected,
@@ -71,7 +73,7 @@ from syncd.core.machine import (
     Tuning,
 )
 from syncd.core.names import printable
-from syncd.core.readiness import MISSING_SHOWN, Facts, PeerFacts, decide
+from syncd.core.readiness import MISSING_SHOWN, Facts, PeerFacts, Unconfirmed, decide
 from syncd.core.records import Stat
 from syncd.core.spot import Spot
 from syncd.daemon import logs
@@ -122,6 +124,10 @@ class Host(Protocol):
     def missing_resources(self, key: str, refs: Iterable[str]) -> tuple[list[str], int, int]:
         ...
 
+    def unconfirmed_peers(self, key: str) -> list[Unconfirmed]:
+        """Online peers that may write `key` whose positions are not provably fresh."""
+        ...
+
 
 class Replica:
     def __init__(self, host: Host, key: str, file: str, spot: Spot) -> None:
@@ -153,6 +159,10 @@ class Replica:
         # Directories that got an entry from us (the file, its folders) since the last sync:
         # made durable with the file's next sync (groupsync.py).
         self._new_entries: set[Spot] = set()
+        # Positions and bytes of each peer delivered and not handled yet, and since when:
+        # until they are, what the machine knows of that peer is older than what arrived.
+        self._unhandled: Counter[str] = Counter()
+        self._unhandled_since: dict[str, float] = {}
 
     @property
     def ledger(self) -> Ledger | None:
@@ -187,8 +197,22 @@ class Replica:
             self.host.busy -= 1
 
     def deliver(self, event: Event) -> None:
+        self._unhandled_in(event)
         self._inbox.append(event)
         self._signal()
+
+    def _unhandled_in(self, event: Event) -> None:
+        if isinstance(event, PeerPos | PeerData):
+            if not self._unhandled[event.peer]:
+                self._unhandled_since[event.peer] = time.time()
+            self._unhandled[event.peer] += 1
+
+    def _handled(self, event: Event) -> None:
+        if isinstance(event, PeerPos | PeerData) and self._unhandled[event.peer] > 0:
+            self._unhandled[event.peer] -= 1
+            if not self._unhandled[event.peer]:
+                del self._unhandled[event.peer]
+                self._unhandled_since.pop(event.peer, None)
 
     def hint_local(self, replaced: bool = False) -> None:
         """Look at the local file again; `replaced`: the watcher saw it deleted or moved over
@@ -316,7 +340,10 @@ class Replica:
                 event: Event = LOOK
             else:
                 event = self._inbox.popleft()
-            await self._handle(event)
+            try:
+                await self._handle(event)
+            finally:
+                self._handled(event)
         await self._handle(DRAINED)
 
     async def _handle(self, event: Event) -> None:
@@ -393,6 +420,7 @@ class Replica:
                 case LookAgain():
                     self._look_pending = True
                 case Redeliver(event=event):
+                    self._unhandled_in(event)
                     self._inbox.appendleft(event)
                 case Reassess():
                     self._inbox.append(e)
@@ -566,8 +594,16 @@ class Replica:
         )
         missing, unheld, conflicts = host.missing_resources(
             self.key, self.verifier.checker.references())
+        unconfirmed = host.unconfirmed_peers(self.key)
+        doubted = {u.name for u in unconfirmed}
+        unconfirmed += [Unconfirmed(peer, self._unhandled_since.get(peer),
+                                    f"{count} of its positions or pieces of data arrived and "
+                                    "are not handled here yet")
+                        for peer, count in sorted(self._unhandled.items())
+                        if peer not in doubted and m.online.get(peer, False)]
         facts = dataclasses.replace(facts, missing_resources=tuple(missing),
-                                    unheld_resources=unheld, resource_conflicts=conflicts)
+                                    unheld_resources=unheld, resource_conflicts=conflicts,
+                                    unconfirmed=tuple(unconfirmed))
         verdict = decide(facts)
         peers = out["peers"]
         assert isinstance(peers, dict)

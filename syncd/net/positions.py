@@ -51,6 +51,13 @@ class PositionSender:
         else:
             self._retain_later()
 
+    def release_held(self) -> None:
+        """Send the routine positions held back, now: a restatement of every position must
+        not be followed by an older one of the same file."""
+        if self._held_timer is not None:
+            self._held_timer.cancel()
+        self._release_held()
+
     def retain_everything(self) -> None:
         """A peer has just come online (and read our retained positions): every one held
         back goes now."""

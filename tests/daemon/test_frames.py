@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import orjson
 import pytest
@@ -67,10 +68,26 @@ def item(kind: Kind, payload: frames.Payload, key: str = "bot-1") -> Item:
                          item(Kind.PROBE, Probe(ProbeWhat.SUMS, 0, 16)),
                          item(Kind.PROBED, Probed(ProbeWhat.BYTES, 64, 900, b"abc")),
                          to="b")),
+        # The numbered stream: a heartbeat, the end of a restatement, a request for one.
+        (ALL_TOPIC, dataclasses.replace(frame(Item(Kind.BEAT, frames.Beat())), lane=41)),
+        (ALL_TOPIC, dataclasses.replace(frame(Item(Kind.BEAT, frames.Beat(every_ms=1000))),
+                                        lane=42)),
+        (ALL_TOPIC, dataclasses.replace(frame(item(Kind.POS, Announce(9, D, None)),
+                                              Item(Kind.BEAT, frames.Beat(40))), lane=41)),
+        (TO_TOPIC, frame(Item(Kind.ASK, frames.Ask()), to="b")),
     ],
 )
 def test_batches_round_trip(topic: str, f: Frame) -> None:
     assert dec(enc(f, topic), topic) == f
+
+
+def test_only_frames_on_the_batch_topic_are_numbered() -> None:
+    raw = enc(dataclasses.replace(frame(Item(Kind.ASK, frames.Ask()), to="b"), lane=3), TO_TOPIC)
+    with pytest.raises(FrameError, match="lane"):
+        dec(raw, TO_TOPIC)
+    raw = enc(frame(Item(Kind.BEAT, frames.Beat()), to="b"), TO_TOPIC)
+    with pytest.raises(FrameError, match="wrong topic"):
+        dec(raw, TO_TOPIC)
 
 
 def test_another_key_altered_bytes_and_other_topics_are_rejected() -> None:
@@ -175,11 +192,11 @@ GOOD = {"v": frames.VERSION, "from": "a", "epoch": 1, "seq": 1, "ts": 1}
     ("raw", "reason"),
     [
         (b"garbage", "preamble"),
-        (b"sd\x03" + bytes(40), "protocol version 3 frame; this host speaks version 4"),
+        (b"sd\x04" + bytes(40), "protocol version 4 frame; this host speaks version 5"),
         (frames.PREAMBLE + b"short", "truncated"),
         (signed(b"\xff\xff\xff\xff{}"), "header length"),
         (signed(head([])), "not an object"),
-        (signed(head({**GOOD, "v": 5, "items": []})), "version"),
+        (signed(head({**GOOD, "v": 4, "items": []})), "version"),
         (signed(head({**GOOD, "from": "b", "items": []})), "another sender"),
         (signed(head({**GOOD, "items": []})), "items"),
         (signed(head({**GOOD, "items": [{"k": "live", "key": "k", "file": "f", "n": 5,

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import bisect
+import json
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -146,3 +150,99 @@ def test_a_throttled_link_delays_but_loses_nothing(
     finally:
         for d in (a, b):
             d.kill()
+
+
+class DurableLog:
+    """The writer's durable size over time, polled from its status: (time the answer came
+    back, size) pairs. A byte in a sample was durable on the writer by that time."""
+
+    def __init__(self, writer: Daemon) -> None:
+        self.writer = writer
+        self.samples: list[tuple[float, int]] = [(0.0, 0)]
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._poll, daemon=True)
+        self.thread.start()
+
+    def _poll(self) -> None:
+        while not self.stop.is_set():
+            size = int(str(self.writer.file_status(KEY).get("size", 0)))
+            self.samples.append((time.time(), size))
+            self.stop.wait(0.01)
+
+    def durable_by(self, t: float) -> int:
+        """The most the writer is known to have held durable at time t."""
+        i = bisect.bisect_right(self.samples, (t, float("inf"))) - 1
+        return self.samples[i][1]
+
+
+def test_no_false_ready_under_partitions_with_a_small_broker_queue(tmp_path: Path) -> None:
+    """A standby cut off while the writer writes throughout, through a broker whose queue
+    drops what it cannot hold (max_queued_messages 10): cuts shorter than the broker's
+    keepalive (the connection survives, and the broker dropped frames meanwhile: positions
+    among them) and longer ones (reconnections). Whenever the standby says READY, it holds
+    every byte the writer had made durable a second before."""
+    netns.require()
+    with netns.Net("fresh") as n:
+        broker = n.broker(tmp_path / "broker", extra="max_queued_messages 10\n")
+        a = b = None
+        stop = threading.Event()
+        try:
+            a, b = hosts(tmp_path, n, broker, "a", "b")
+            turn = "e061c676-0701-4e5c-b2c8-565cf9462c91"  # ishiki_lines' turn: started here
+            start = {"id": "s", "type": "event", "data": {"type": "turn.start", "turnId": turn},
+                     "timestamp": 1793531049900, "turnId": turn}
+            append(a.path(KEY), json.dumps(start).encode() + b"\n" + ishiki_lines(5))
+            wait_equal(content(a.path(KEY)), b)
+
+            def write() -> None:  # ~300 KB/s: the broker's queue overflows during a cut
+                while not stop.is_set():
+                    append(a.path(KEY), ishiki_lines(10))
+                    stop.wait(0.01)
+
+            writer = threading.Thread(target=write, daemon=True)
+            writer.start()
+            durable = DurableLog(a)
+            yes, false_yes = 0, []
+
+            def sample(seconds: float) -> None:
+                nonlocal yes
+                end = time.monotonic() + seconds
+                while time.monotonic() < end:
+                    asked = time.time()
+                    f = b.file_status(KEY) if b is not None else {}
+                    if f.get("ready") is True:
+                        yes += 1
+                        need = durable.durable_by(asked - 1.0)
+                        if int(f["size"]) < need:
+                            false_yes.append((asked, int(f["size"]), need))
+                    time.sleep(0.02)
+
+            sample(2)
+            for cut in (0.7, 1.5, 2.5, 5.0):  # the broker gives a silent client 3 s
+                n.hosts["b"].cut()
+                sample(cut)
+                n.hosts["b"].heal()
+                sample(3)
+            stop.set()
+            writer.join()
+            # The writer stops: the standby catches up and says READY, with every byte.
+            try:
+                wait_until(lambda: b is not None and b.file_status(KEY).get("ready") is True
+                           and content(b.path(KEY)) == content(a.path(KEY)), 30,
+                           "b ready with every byte once the writer stopped")
+            except AssertionError:
+                raise AssertionError(f"b: {b.file_status(KEY) if b else None}; a's copy "
+                                     f"{len(content(a.path(KEY)))}, b's "
+                                     f"{len(content(b.path(KEY))) if b else 0}; "
+                                     f"b peers {b.status()['peers'] if b else None}") from None
+            durable.stop.set()
+            print(f"READY yes {yes} times, false yes {len(false_yes)}; the writer's "
+                  f"restatements: {a.status()['restatements']}")
+            assert false_yes == [], f"{len(false_yes)} false yes of {yes}: {false_yes[:5]}"
+            assert yes > 0
+        finally:
+            stop.set()
+            for d in (a, b):
+                if d is not None:
+                    d.kill()
+            broker.stop()

@@ -25,6 +25,7 @@ from syncd.core.readiness import (
     WRITER_SETTLE,
     Facts,
     PeerFacts,
+    Unconfirmed,
     decide,
     when,
 )
@@ -185,10 +186,21 @@ def test_start_up_check_trouble_and_adoption() -> None:
     assert reasons(facts(adopting="a")) == ["adopting a's copy"]
 
 
+def test_a_peer_not_confirmed_is_a_reason_saying_since_when_and_its_last_write() -> None:
+    # The broker dropped a position of the writer: our view of it may be old.
+    why = reasons(facts(unconfirmed=(Unconfirmed("a", NOW - 2, "3 of its frames did not "
+                                                 "reach us"),)))
+    assert why == [f"what a holds is not confirmed since {when(NOW - 2)}: 3 of its frames "
+                   f"did not reach us; it last wrote at {when(NOW - 30)}"]
+    # A peer we know nothing of, not even a write.
+    assert reasons(facts(unconfirmed=(Unconfirmed("c", None, "nothing heard from it yet"),))) \
+        == ["what c holds is not confirmed: nothing heard from it yet"]
+
+
 def test_log_check_problems() -> None:
     bad = CLEAN + b"{oops\n"
     why = reasons(facts(size=len(bad), checked=len(bad), report=report_of(bad)))
-    assert why == ["log check found problems: invalid_json 1"]
+    assert why == ["log check found problems: invalid_json 1 (at line 14)"]
 
 
 def test_log_check_behind() -> None:
@@ -217,7 +229,7 @@ def test_turn_in_progress_and_late_narrative_are_notes() -> None:
     after = (json.dumps({"id": "s2", "type": "event", "data": {"type": "turn.start"},
                          "timestamp": 1793531112999, "turnId": "t-2"}) + "\n").encode()
     assert reasons(facts(report=report_of(CLEAN + start + after))) == [
-        "log check found problems: open_turn 1"]
+        "log check found problems: open_turn 1 (at line 14)"]
 
 
 def test_role_replica_and_local_edit_are_notes() -> None:

@@ -223,6 +223,7 @@ def test_json_output() -> None:
                 },
                 "late_projections": {},
                 "turn_in_progress": None,
+                "pending_tool_calls": [],
                 "notes": [],
             }
         ],

@@ -423,6 +423,84 @@ def test_reused_tool_call_ids_are_answered_in_order() -> None:
     assert kinds(check(call + call + result)) == [("unpaired_tool_call", 2)]
 
 
+# -- the turn in progress: a step under way --------------------------------------------------
+
+
+def test_a_tool_call_waiting_for_its_result_in_the_turn_in_progress_is_a_note() -> None:
+    # The case: the bot waits on a tool; the assistant line is written, the result not.
+    prefix = b"".join(CLEAN_LINES[:3])  # message, attachment, turn.start of T1
+    call = message({"role": "assistant", "content": [call_part("c1"), call_part("c2", "grep")]},
+                   T1)
+    report = check(prefix + call)
+    assert report.clean
+    assert report.pending_tool_calls == (
+        verify.PendingCall("c1", "read", T1, 4, len(prefix)),
+        verify.PendingCall("c2", "grep", T1, 4, len(prefix)),
+    )
+    assert report.notes[1:] == [
+        "tool call c1 (read) at line 4 waits for its result (its turn is in progress)",
+        "tool call c2 (grep) at line 4 waits for its result (its turn is in progress)",
+    ]
+    # One result in: the other still waits, in any order.
+    answered = check(prefix + call + message({"role": "tool", "content": [result_part("c2")]},
+                                             T1))
+    assert answered.clean and [p.tool_call_id for p in answered.pending_tool_calls] == ["c1"]
+
+
+def test_many_pending_calls_are_summed_up_in_one_note() -> None:
+    calls = [call_part(f"c{i}") for i in range(5)]
+    report = check(event("turn.start", "t") + message({"role": "assistant", "content": calls}, "t"))
+    assert report.clean
+    assert report.notes[1:] == ["5 tool calls of the turn in progress wait for their results "
+                                "(lines 2, 2, 2 ...)"]
+
+
+def test_a_missing_result_is_damage_once_the_turn_ends_or_a_later_turn_starts() -> None:
+    call = message({"role": "assistant", "content": [call_part("c1")]}, "a", entry_id="x")
+    for ending in (event("turn.done", "a"), event("turn.aborted", "a"), event("turn.failed", "a"),
+                   event("turn.start", "b")):
+        report = check(event("turn.start", "a") + call + ending)
+        assert report.pending_tool_calls == ()
+        assert ("unpaired_tool_call", 2) in kinds(report), ending
+
+
+def test_a_call_of_another_turn_is_not_pending() -> None:
+    # Only calls of the turn in progress wait: one without a turn id, or of an ended turn, is
+    # damage even while a turn runs.
+    stray = message({"role": "assistant", "content": [call_part("c1")]})
+    report = check(event("turn.start", "a") + stray)
+    assert kinds(report) == [("unpaired_tool_call", 2)]
+
+
+def images(shown: list[str], released: list[str], turn_id: str = "t",
+           entry_id: str = "i") -> bytes:
+    return line({"id": entry_id, "type": "ishiki.images",
+                 "data": {"shown": shown, "released": released}, "timestamp": 1,
+                 "turnId": turn_id})
+
+
+def test_images_released_by_a_later_record_are_fine() -> None:
+    log = (event("turn.start", "t") + images(["a:0"], ["a:0"]) + images(["b:0", "b:1"], [])
+           + images(["c:0"], ["b:1"]) + images([], ["b:0"]))
+    assert check(log).clean
+
+
+def test_a_release_of_an_image_no_record_showed_means_a_deleted_record() -> None:
+    # The record that showed b:0 was deleted by hand: restore would feed b:0 again.
+    log = event("turn.start", "t") + images(["a:0"], ["a:0"]) + images([], ["b:0", "b:1"])
+    report = check(log)
+    assert [(p.kind.value, p.line, p.message) for p in report.problems] == [
+        ("missing_images_record", 3, 'ishiki.images releases image "b:0" (and 1 more), which no '
+         "ishiki.images record before it shows: the record that showed it is missing (a "
+         "restart would feed it to the model again)")]
+    # Saved and restored in between, the shown keys are remembered.
+    checker = LogChecker()
+    checker.feed(event("turn.start", "t") + images(["b:0", "b:1"], []))
+    restored = LogChecker.from_state(checker.to_state())
+    restored.feed(images([], ["b:0", "b:1"]))
+    assert restored.report().clean
+
+
 def compact(entry_type: str, anchor: Any, entry_id: str = "k") -> bytes:
     data = {"summary": "s"} if anchor is None else {"summary": "s", "lastEntryId": anchor}
     return line({"id": entry_id, "type": entry_type, "data": data, "timestamp": 1})
@@ -547,6 +625,8 @@ POOL = [
     message({"role": "assistant", "content": [call_part("call_8Jq2dM1xV4")]}, T2),
     narrative(T1),
     narrative("z"),
+    images(["a:0"], []),
+    images([], ["a:0"]),
 ]
 
 logs = st.builds(
