@@ -21,6 +21,9 @@ from typing import Any
 
 GLOB_CHARS = frozenset("*?[")
 MAX_SELECTORS = 1000  # per request: a control request is bounded anyway (64 KiB)
+# Characters in one selector: a key is at most 4 levels of 255 bytes and a root's name. Also
+# what one pattern costs in fnmatch's cache of compiled patterns, which a client fills.
+MAX_SELECTOR = 2048
 
 
 def problem(selector: str) -> str | None:
@@ -29,6 +32,8 @@ def problem(selector: str) -> str | None:
         return "an empty selector names no key"
     if "\0" in selector:
         return "a selector cannot hold NUL"
+    if len(selector) > MAX_SELECTOR:
+        return f"longer than {MAX_SELECTOR} characters (no key is)"
     return None
 
 

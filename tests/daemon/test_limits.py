@@ -12,7 +12,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -58,9 +58,20 @@ def instances(d: Daemon) -> None:
         (d.runtimes / key / "resources").mkdir()
 
 
-def limited(tmp_path: Path, broker: Broker, port: int, **limits: int) -> Daemon:
-    return Daemon(tmp_path, "a", broker, prefix=userns(**limits),
-                  extra=f'[metrics]\nlisten = "127.0.0.1:{port}"\n')
+@pytest.fixture
+def limited(tmp_path: Path, broker: Broker) -> Iterator[Callable[..., Daemon]]:
+    """Daemon "a" in a user namespace with these limits (killed at the end of the test)."""
+    made: list[Daemon] = []
+
+    def make(port: int, **limits: int) -> Daemon:
+        d = Daemon(tmp_path, "a", broker, prefix=userns(**limits),
+                   extra=f'[metrics]\nlisten = "127.0.0.1:{port}"\n')
+        made.append(d)
+        return d
+
+    yield make
+    for d in made:
+        d.kill()
 
 
 def replicates_anyway(a: Daemon, b: Daemon) -> None:
@@ -72,10 +83,10 @@ def replicates_anyway(a: Daemon, b: Daemon) -> None:
 
 
 def test_too_few_watches_are_named_at_start_in_status_metrics_and_check_config(
-    tmp_path: Path, broker: Broker, make_daemon: Callable[..., Daemon]
+    broker: Broker, make_daemon: Callable[..., Daemon], limited: Callable[..., Daemon]
 ) -> None:
     port = free_port()
-    a = limited(tmp_path, broker, port, watches=5)
+    a = limited(port, watches=5)
     instances(a)
     b = make_daemon("b", broker)
     a.start()
@@ -115,9 +126,9 @@ def test_too_few_watches_are_named_at_start_in_status_metrics_and_check_config(
 
 
 def test_no_inotify_instance_leaves_it_to_the_sweep_until_one_is_granted(
-    tmp_path: Path, broker: Broker, make_daemon: Callable[..., Daemon]
+    broker: Broker, make_daemon: Callable[..., Daemon], limited: Callable[..., Daemon]
 ) -> None:
-    a = limited(tmp_path, broker, free_port(), instances=0)
+    a = limited(free_port(), instances=0)
     instances(a)
     b = make_daemon("b", broker)
     a.start()  # this used to fail the start: inotify_init1's EMFILE was not caught
