@@ -371,7 +371,8 @@ class Machine:
                 return self._partial_plan(self.peers[p].position.size)
             case PeerRefuse(refuse=rf) if ledger is not None:
                 return self._partial_plan(rf.offset)
-            case PeerProbe(probe=p) if ledger is not None and p.what is ProbeWhat.BYTES:
+            case PeerProbe(probe=p) if (ledger is not None and p.what is ProbeWhat.BYTES
+                                        and self.may_serve(False)):
                 start = min(p.start, ledger.size)
                 return ReadPlan(((start, min(ledger.size, start + min(p.count, BLOCK))),))
             case PeerProbed(probed=p) if p.what is ProbeWhat.BYTES:
@@ -1501,9 +1502,12 @@ class Machine:
         return max(1, self.tuning.chunk_bytes // DIGEST_SIZE)
 
     def _answer_probe(self, peer: str, p: Probe, snap: Snapshot, out: list[Effect]) -> None:
-        # Answered even when frozen: reading our own copy changes nothing.
+        # Answered as a request is (may_serve): a frozen copy (a reset, a write on a replica)
+        # has nothing to locate a divergence against. A diverged peer is answered: locating
+        # the first differing byte is what a probe is for. The node checks `writers` and
+        # charges the peer's budget before the probe gets here.
         ledger = self.ledger
-        if ledger is None:
+        if ledger is None or not self.may_serve(False):
             return
         if p.what is ProbeWhat.SUMS:
             blocks = len(ledger.chain) - 1

@@ -29,7 +29,7 @@ import orjson
 import pytest
 
 from syncd.core import frames
-from syncd.core.frames import Announce, Data, Item, Kind, Probe, ProbeWhat, ResEntry, Request
+from syncd.core.frames import Announce, Data, Item, Kind, Probe, ProbeWhat, Request
 from syncd.core.ledger import BLOCK, Ledger
 from tests.support.cluster import Broker, Daemon, free_port, wait_until
 from tests.support.files import KEY, append, content, wait_equal

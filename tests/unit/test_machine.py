@@ -30,6 +30,7 @@ from syncd.core.events import (
     PeerData,
     PeerOnline,
     PeerPos,
+    PeerProbe,
     PeerRequest,
     Persist,
     Redeliver,
@@ -43,7 +44,7 @@ from syncd.core.events import (
     SyncFailed,
     Tick,
 )
-from syncd.core.frames import Announce, Data, Kind, Refuse, Request
+from syncd.core.frames import Announce, Data, Kind, Probe, Probed, ProbeWhat, Refuse, Request
 from syncd.core.ledger import BLOCK, Ledger, Position, digest_of
 from syncd.core.machine import (
     LOCATE_RETRY,
@@ -618,3 +619,23 @@ def test_every_expected_error_has_one_root() -> None:
     for error in (BrokerProblem, ConfigError, ControlError, ConcurrentWrite, FileReplaced,
                   FileShrank, FrameError, StartupError, IdentityError):
         assert issubclass(error, SyncdError), error
+
+
+def test_a_probe_is_answered_as_a_request_would_be_never_by_a_frozen_copy() -> None:
+    """#23 case 3: probes obey may_serve (a reset copy has nothing to compare), and a live
+    copy answers with at most one block or one frame of chain values."""
+    data = (b"x" * 63 + b"\n") * (3 * BLOCK // 64)
+    m, f = live(data)
+    out = feed(m, f, PeerProbe("b", Probe(ProbeWhat.BYTES, BLOCK, 10 * BLOCK)))
+    answer = sent(out, Kind.PROBED)[0].payload
+    assert isinstance(answer, Probed) and len(answer.data) == BLOCK
+    out = feed(m, f, PeerProbe("b", Probe(ProbeWhat.SUMS, 0, 1 << 40)))
+    answer = sent(out, Kind.PROBED)[0].payload
+    assert isinstance(answer, Probed) and len(answer.data) == 3 * 32
+    m.role = "replica"
+    f.write(LINE)  # a local write on a replica freezes the copy (its ledger is kept)
+    feed(m, f, Look())
+    assert m.mode is Mode.FROZEN and m.ledger is not None
+    out = feed(m, f, PeerProbe("b", Probe(ProbeWhat.BYTES, 0, BLOCK)))
+    assert not sent(out, Kind.PROBED)
+    assert not sent(feed(m, f, PeerProbe("b", Probe(ProbeWhat.SUMS, 0, 3))), Kind.PROBED)
