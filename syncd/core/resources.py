@@ -617,10 +617,13 @@ class ResourceMachine:
         self._consider(e.name, now, out)
 
     def _refuse(self, name: str, reason: str, out: list[Effect]) -> None:
-        if self.refused.get(name) == reason:
+        """Logged once per name (a peer may announce one name with ever other sizes), for the
+        first REFUSED_SHOWN names; counted past them."""
+        if name in self.refused:
+            self.refused[name] = reason
             return
-        if name not in self.refused and len(self.refused) >= REFUSED_SHOWN:
-            self.refused_more += 1  # counted, not logged: a peer may announce many
+        if len(self.refused) >= REFUSED_SHOWN:
+            self.refused_more += 1
             return
         self.refused[name] = reason
         out.append(Refused(name, reason))

@@ -25,6 +25,7 @@ import itertools
 import logging
 import os
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
@@ -171,6 +172,7 @@ class Node:
         self.budgets = Budgets(config.limits)  # what each peer's requests may cost us
         self.holdings = Holdings(config.limits.max_peer_bytes)  # memory on each peer's word
         self.keyspace = KeySpace()  # the keys replicated here (keyspace.py)
+        self.made_by: dict[str, str] = {}  # key -> the peer whose word made it here
         self._limit_logged: dict[tuple[str, str], float] = {}  # (peer, reason) -> when
         self._low_space: dict[str, int] = {}  # filesystems below min_free_bytes: path -> free
         self._low_since: float | None = None  # wall time remote growth stopped
@@ -283,6 +285,7 @@ class Node:
     async def run(self, ready: Callable[[], None] | None = None) -> None:
         """Run until `stop()`; `ready` is called once replicas are loaded and the link is up."""
         self.check_dirs()
+        self._check_free_space()  # before the first peer's byte: a host may start on a full disk
         self._discover()
         if self.config.watch:
             self._watcher.start()
@@ -393,6 +396,7 @@ class Node:
                 self._by_path.pop(str(r.path), None)
                 if not any(k == key for k, _ in self.replicas):
                     self.keyspace.discard(key)
+                    self.made_by.pop(key, None)
                 log.info("reload: %s is no longer replicated", r.name)
             else:
                 r.retune(self.tuning())
@@ -444,9 +448,14 @@ class Node:
                 refusal = self._new_key_refusal(key, root.path, parts)
                 if refusal is not None:
                     reason, why = refusal
+                    if reason == "keys":  # who took them: the operator's first question
+                        made = Counter(self.made_by.values()).most_common(3)
+                        why += "; made on peers' word: " + (", ".join(
+                            f"{n} by {p}" for p, n in made) or "none")
                     self._refuse(key, f"announced by {peer}: {why}")
                     self.refused(peer, reason, f"new keys ({printable(key)}: {why})")
                     return None
+                self.made_by[key] = peer
             folder = self.config.key_dir(key)
             r = Replica(self, key, file, folder / file)
             self.replicas[(key, file)] = r
@@ -685,7 +694,9 @@ class Node:
                 # One answer per request per frame: 100 copies of a probe cost one.
                 seen = (item.kind, item.key, item.file, item.payload)
                 if seen in asked:
-                    self.refused(sender, "duplicate", "requests repeated in one frame")
+                    # Counted, not logged: a healthy host repeats a refusal when it also
+                    # starts locating the fork.
+                    self.telemetry.refuse("duplicate")
                     continue
                 asked.add(seen)
             self._deliver(sender, frame, item)
@@ -951,6 +962,7 @@ class Node:
         return {
             "keys": len(self.keyspace),
             "max_keys": lim.max_keys,
+            "keys_made_by": dict(sorted(Counter(self.made_by.values()).items())),
             "remote_growth": {"stopped": bool(self._low_space), "since": self._low_since,
                               "low": dict(sorted(self._low_space.items())),
                               "min_free_bytes": lim.min_free_bytes},

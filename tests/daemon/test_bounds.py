@@ -187,6 +187,8 @@ def test_no_key_inside_another_instance_or_above_one(
     append(b.path("onebot_1/group_2"), ishiki_lines(2))
     wait_equal(content(a.path(KEY)), b)
     wait_until(lambda: b.file_status("onebot_1/group_2").get("size"), 10, "b's own instance")
+    wait_until(lambda: {r["key"]: r for r in b.status()["resources"]}.get(KEY, {}).get("files")
+               == 2, 10, "b to hold bot-1's artifact and its sidecar")
     inside = [f"{KEY}/workspace", f"{KEY}/resources/artifacts/shake", f"{KEY}/resources"]
     for key in [*inside, "onebot_1"]:
         x.batch(*_live(key))

@@ -22,6 +22,7 @@ from syncd.core.frames import Frame, Item
 from tests.support.cluster import Broker, node_identity, wait_until
 
 P = "test/syncd"
+ANSWERS = {"fill", "probed", "rhave", "rdata", "rrefuse", "refuse"}
 
 
 class HostilePeer:
@@ -34,8 +35,16 @@ class HostilePeer:
         self._seq = itertools.count(1)
         self._lock = threading.Lock()
         self.received: Counter[str] = Counter()  # sender level -> payload bytes sent to us
+        # sender level -> bytes of its answers to our requests (fills, probe answers, whole
+        # manifests, resource chunks, refusals), each item's body and ~150 bytes of header:
+        # what its budget for us bounds (its own requests to us are not answers).
+        self.answers: Counter[str] = Counter()
         self.frames_received: Counter[str] = Counter()
         self.kinds: Counter[str] = Counter()  # item kinds sent to us (decoded loosely)
+        # Resource files the victims' manifests name: (key, name) -> (sha256 hex, size)
+        self.resources: dict[tuple[str, str], tuple[str, int]] = {}
+        self.secrets: list[bytes] = []  # bytes that must never reach us (canaries, keys)
+        self.leaks: Counter[str] = Counter()  # sender level -> frames holding a secret
         self._infos: list[mqtt.MQTTMessageInfo] = []
         self.client = mqtt.Client(CallbackAPIVersion.VERSION2,
                                   client_id=f"hostile-{node}-{time.monotonic_ns()}")
@@ -48,21 +57,36 @@ class HostilePeer:
 
     def _record(self, client: mqtt.Client, userdata: object, msg: mqtt.MQTTMessage) -> None:
         sender = msg.topic.rsplit("/", 1)[-1]
+        payload = bytes(msg.payload)
         with self._lock:
-            self.received[sender] += len(msg.payload)
+            self.received[sender] += len(payload)
             self.frames_received[sender] += 1
-            try:  # the header only, unverified: which kinds came back
+            if any(secret in payload for secret in self.secrets):
+                self.leaks[sender] += 1
+            try:  # the header, unverified: which kinds came back, which files were named
                 start = frames.HEADER_START
-                hlen = int.from_bytes(msg.payload[start - 4:start], "big")
-                head = orjson.loads(msg.payload[start:start + hlen])
+                hlen = int.from_bytes(payload[start - 4:start], "big")
+                head = orjson.loads(payload[start:start + hlen])
+                at = start + hlen
                 for raw in head.get("items", []):
                     self.kinds[raw.get("k", "?")] += 1
+                    n = raw.get("n", 0)
+                    if raw.get("k") in ANSWERS:
+                        self.answers[sender] += n + 150
+                    if raw.get("k") == "rhave" and len(self.resources) < 10_000:
+                        for e in orjson.loads(payload[at:at + n]):
+                            self.resources[(raw["key"], e[0])] = (e[2], e[1])
+                    at += n
             except Exception:
                 pass
 
     def bytes_from(self, victim: str) -> int:
         with self._lock:
             return self.received[frames.level(victim)]
+
+    def answers_from(self, victim: str) -> int:
+        with self._lock:
+            return self.answers[frames.level(victim)]
 
     def kinds_seen(self) -> Counter[str]:
         with self._lock:

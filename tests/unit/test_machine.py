@@ -21,6 +21,7 @@ from syncd.core.events import (
     Archived,
     Drained,
     Event,
+    FindLine,
     IoFailed,
     Loaded,
     Log,
@@ -31,6 +32,8 @@ from syncd.core.events import (
     PeerOnline,
     PeerPos,
     PeerProbe,
+    PeerProbed,
+    PeerRefuse,
     PeerRequest,
     Persist,
     Redeliver,
@@ -639,3 +642,26 @@ def test_a_probe_is_answered_as_a_request_would_be_never_by_a_frozen_copy() -> N
     out = feed(m, f, PeerProbe("b", Probe(ProbeWhat.BYTES, 0, BLOCK)))
     assert not sent(out, Kind.PROBED)
     assert not sent(feed(m, f, PeerProbe("b", Probe(ProbeWhat.SUMS, 0, 3))), Kind.PROBED)
+
+
+def test_only_the_answer_to_our_own_probe_is_read() -> None:
+    """#23 case 3: an answer to a probe nobody sent would make us read (and count lines up
+    to) any offset a peer likes: it is ignored without a read."""
+    data = (b"x" * 63 + b"\n") * (2 * BLOCK // 64)
+    m, f = live(data)
+    out = feed(m, f, PeerRefuse("b", Refuse(BLOCK, bytes(32))))  # b's copy differs
+    assert isinstance(sent(out, Kind.PROBE)[0].payload, Probe)
+    unasked = PeerProbed("b", Probed(ProbeWhat.BYTES, 10**9, 2 * BLOCK, b"y" * 100))
+    assert m.reads_for(unasked).empty
+    assert not any(isinstance(e, FindLine) for e in feed(m, f, unasked))
+    assert m.ledger is not None
+    theirs = m.ledger.chain[1] + bytes(32)  # block 0 agrees, block 1 does not
+    out = feed(m, f, PeerProbed("b", Probed(ProbeWhat.SUMS, 0, 2 * BLOCK, theirs)))
+    asked = sent(out, Kind.PROBE)[0].payload
+    assert isinstance(asked, Probe) and (asked.what, asked.start) == (ProbeWhat.BYTES, BLOCK)
+    other = bytearray(data[BLOCK:2 * BLOCK])
+    other[5] = ord("y")
+    out = feed(m, f, PeerProbed("b", Probed(ProbeWhat.BYTES, BLOCK, 2 * BLOCK, bytes(other))))
+    assert [e for e in out if isinstance(e, FindLine)] == [FindLine("b", BLOCK + 5)]
+    again = PeerProbed("b", Probed(ProbeWhat.BYTES, BLOCK, 2 * BLOCK, bytes(other)))
+    assert not any(isinstance(e, FindLine) for e in feed(m, f, again))  # answered once
