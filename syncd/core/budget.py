@@ -206,6 +206,10 @@ class Holdings:
         self.held[peer] = held + size
         return True
 
+    def room(self, peer: str, size: int) -> bool:
+        """Whether `take(peer, size)` would succeed (nothing taken)."""
+        return self.held.get(peer, 0) + size <= self.limit
+
     def give(self, peer: str, size: int) -> None:
         held = self.held.get(peer, 0) - size
         if held > 0:

@@ -330,6 +330,7 @@ class PeerView:
     # replaces `entries`, so a file the peer no longer holds leaves our view of it.
     parts: dict[int, tuple[ResEntry, ...]] = field(default_factory=dict)
     parts_of: int = 0  # how many parts that manifest has
+    awaiting: bool = False  # we asked for its whole manifest and it has not come whole yet
     held: int = 0  # bytes of entries and parts taken from the peer's Holdings
 
 
@@ -447,6 +448,11 @@ class ResourceMachine:
     def _add_part(self, peer: str, view: PeerView, part: int, parts: int,
                   entries: tuple[ResEntry, ...]) -> bool:
         """Keep one part of a whole manifest until all have come, within the bounds."""
+        if not view.awaiting:
+            # Nobody asked: a whole manifest answers our RLIST only (a late second answer
+            # to a repeated one is dropped too, harmlessly).
+            self.bounds.refuse(peer, "unasked", 1)
+            return False
         if parts > self.bounds.max_parts:
             # More parts than a manifest of max_files entries is sent in: none is kept (the
             # issue's 2**62 parts, part 0 never sent, held every other one for good).
@@ -650,7 +656,7 @@ class ResourceMachine:
                     return  # a part lost on the way: the next summary asks again
                 whole = [e for i in range(parts) for e in view.parts[i]]
                 self._drop_parts(peer, view)
-                view.answered = view.asked
+                view.answered, view.awaiting = view.asked, False
                 names = {e.name for e in whole}
                 gone = sorted(set(view.entries) - names)
                 for name in gone:
@@ -688,7 +694,7 @@ class ResourceMachine:
             return
         if now - view.asked_at < self.timeout:
             return
-        view.asked, view.asked_at = view.heard, now
+        view.asked, view.asked_at, view.awaiting = view.heard, now, True
         out.append(Send(Kind.RLIST, frames.ResList(view.heard), peer))
         # And ours in return: if our last summary was lost, the peer asks too, now rather
         # than at the next SUM_INTERVAL.
@@ -696,6 +702,13 @@ class ResourceMachine:
 
     def _heard(self, peer: str, view: PeerView, e: ResEntry, now: float,
                out: list[Effect]) -> None:
+        if e.name not in view.entries and (
+                len(view.entries) >= self.bounds.max_files
+                or not self.bounds.holdings.room(peer, entry_cost(e))):
+            # Refused before any work on it: past its bounds, a peer's entries cost a check.
+            self.bounds.refuse(peer, "entries" if len(view.entries) >= self.bounds.max_files
+                               else "peer_bytes", 1)
+            return
         kind = self.rules.kind(e.name)
         if kind is None:
             return
@@ -768,8 +781,10 @@ class ResourceMachine:
         n = len(self.transfers)
         if n < BIG_TRANSFERS:
             return True
+        if n >= MAX_TRANSFERS:
+            return False  # before the sum: a peer announcing many names asks this often
         due = sum(t.entry.size - t.got for t in self.transfers.values())
-        return n < MAX_TRANSFERS and due + size <= self.window
+        return due + size <= self.window
 
     def _fetch(self, offers: list[tuple[str, ResEntry]], now: float, out: list[Effect]) -> None:
         entry = offers[0][1]

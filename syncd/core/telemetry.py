@@ -36,6 +36,7 @@ LIMIT_REASONS = (
     "budget",  # a request over its peer's budget ([limits] requests_per_second ...)
     "duplicate",  # the same request twice in one frame: answered once
     "parts",  # a whole manifest in more parts than max_resource_files allows
+    "unasked",  # a whole manifest nobody asked for
     "entries",  # a manifest over [limits] max_resource_files
     "peer_bytes",  # the peer's frames hold [limits] max_peer_bytes here already
     "keys",  # a new key over [limits] max_keys

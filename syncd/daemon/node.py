@@ -798,6 +798,7 @@ class Node:
         bound = {
             "duplicate": "answered once per frame",
             "parts": "a whole manifest in more parts than [limits] max_resource_files allows",
+            "unasked": "a whole manifest this host did not ask for",
             "entries": f"over [limits] max_resource_files ({lim.max_resource_files})",
             "peer_bytes": f"its frames hold [limits] max_peer_bytes ({lim.max_peer_bytes}) "
                           "here already",

@@ -249,6 +249,7 @@ def test_when_disagreeing_peers_agree_again_the_name_is_fetched() -> None:
     have(m, ResEntry(BLOB, 1, sha(b"x")))
     have(m, ResEntry(BLOB, 1, sha(b"y")), peer="c")
     m.transfers.clear()
+    m.handle(PeerItem("c", frames.ResSum(sha(b"c's"), 0)), 4)  # we ask for its manifest
     # c's whole manifest no longer holds it (moved away there): a's copy is fetched.
     fx = m.handle(PeerItem("c", frames.res_have(True, (), 0, 1)), 5)
     assert sends(fx, Kind.RREQ) == [Send(Kind.RREQ, frames.ResAsk(BLOB, sha(b"x"), 0, 1), "a")]
@@ -283,8 +284,18 @@ def entries(n: int, prefix: str = "x") -> tuple[ResEntry, ...]:
     return tuple(ResEntry(f"artifacts/{prefix}/{i}", 1, sha(b"%d" % i)) for i in range(n))
 
 
+def asked(m: ResourceMachine, peer: str = "a", now: float = 1) -> None:
+    """We hear a summary we were not answered for: we ask for the whole manifest."""
+    fx = m.handle(PeerItem(peer, frames.ResSum(sha(b"its %f" % now), 9)), now)
+    assert sends(fx, Kind.RLIST)
+
+
 def test_a_whole_manifest_in_more_parts_than_max_files_allows_keeps_nothing() -> None:
     m, holdings, refused = bounded(max_files=4000)  # two parts of 2000 at most
+    m.handle(PeerItem("a", frames.res_have(True, entries(10, "p"), 1, 2)), 1)
+    assert refused == [("a", "unasked", 1)]  # nobody asked for it: nothing kept
+    refused.clear()
+    asked(m)
     for part in range(1, 50):  # the issue: 2**62 parts, part 0 never sent
         m.handle(PeerItem("a", frames.res_have(True, entries(10, f"p{part}"), part, 2**62)), 1)
     assert m.peers["a"].parts == {} and holdings.held == {}
@@ -293,6 +304,7 @@ def test_a_whole_manifest_in_more_parts_than_max_files_allows_keeps_nothing() ->
 
 def test_parts_of_a_manifest_are_held_until_whole_then_given_back() -> None:
     m, holdings, refused = bounded(max_files=4000)
+    asked(m)
     m.handle(PeerItem("a", frames.res_have(True, entries(3, "one"), 1, 2)), 1)
     held = holdings.held["a"]
     assert held == sum(entry_cost(e) for e in entries(3, "one"))
@@ -304,7 +316,8 @@ def test_parts_of_a_manifest_are_held_until_whole_then_given_back() -> None:
     view = m.peers["a"]
     assert view.parts == {} and len(view.entries) == 5
     assert holdings.held["a"] == sum(entry_cost(e) for e in view.entries.values()) == view.held
-    m.handle(PeerItem("a", frames.res_have(True, entries(1, "zero"), 0, 1)), 2)  # shrinks
+    asked(m, now=5)
+    m.handle(PeerItem("a", frames.res_have(True, entries(1, "zero"), 0, 1)), 5)  # shrinks
     assert len(view.entries) == 1 and holdings.held["a"] == view.held
     assert not refused
 
