@@ -302,3 +302,10 @@ def test_a_manifest_item_is_bounded_before_it_is_parsed() -> None:
         dec(_rhave(b"[" + b",".join([b"0"] * 100_000) + b"]"), TO_TOPIC, max_data=16 << 20)
     with pytest.raises(FrameError, match="exceeds 2097152"):
         dec(_rhave(b" " * (3 << 20)), TO_TOPIC, max_data=16 << 20)
+
+
+def test_a_resource_name_is_at_most_32_levels_deep() -> None:
+    """#23: each level is a directory a peer's name makes us create."""
+    assert frames.resource_name_problem("artifacts/" + "d/" * 30 + "f") is None
+    assert frames.resource_name_problem("artifacts/" + "d/" * 31 + "f") == \
+        "more than 32 levels deep"

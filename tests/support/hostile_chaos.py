@@ -200,7 +200,7 @@ class Mallory:
         return r.choice([
             *(known[:20] or ["artifacts/shake/shake-1.log"]),
             "artifacts/x/" + "n" * r.randrange(1, 200),
-            "artifacts/" + "d/" * r.randrange(1, 300) + "f",
+            "artifacts/" + "d/" * r.randrange(1, 34) + "f",  # past 31: a rejected frame
             "assets/" + r.randbytes(8).hex(), "artifacts/tool/out.json",
             "artifacts/" + "é" * r.randrange(1, 60),
         ])
