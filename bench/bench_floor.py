@@ -6,10 +6,10 @@ batching rules or watcher): only the work every copy must do.
 
 - per write: 500 writes/s appended to a file (one write(2) each, as bench_replication does).
   The writer wakes every `--window` s (syncd's batch window; a timer instead of inotify),
-  reads what was appended, fdatasyncs it, signs it (Ed25519 over its SHA-256, as frames.py
-  does) and publishes it (QoS 1); the standby reads the message, verifies the signature,
-  appends the bytes and fdatasyncs them. CPU per write of
-  each process (user + system, /proc) over the run.
+  reads what was appended, fdatasyncs it, signs it (Ed25519 over its SHA-256, as
+  syncd/core/frames.py does) and publishes it (QoS 1); the standby reads the message, verifies
+  the signature, appends the bytes and fdatasyncs them. CPU per write of each process (user +
+  system, /proc) over the run.
 - catch-up: a 1 GB file sent in `--chunk` pieces (syncd's chunk_bytes), QoS 1, up to 100 in
   flight, no flow control but the broker's queue; the standby verifies each, appends it and
   fdatasyncs every 4 MiB. MB/s from the first publish to the last fdatasync.

@@ -1,14 +1,21 @@
-"""Run every bench, one at a time, and write bench/RESULTS.md.
+"""Run every bench, one at a time, and write bench/RESULTS.md: the current figures, only.
 
-    python -m bench.run_all [--quick] [--retries N] [--profile DIR] [--out FILE]
+    python -m bench.run_all --results bench/RESULTS.md [--quick] [--retries N]
+                            [--quiet-wait S] [--profile DIR]
+
+RESULTS.md is rewritten whole, with the date and commit at its top: it holds the figures of
+one run of the code it names, and earlier figures live in its git history. The suite covers
+the targets of issue 7 (lag, lsyncd, catch-up, scale, verify) and of issue 12 (CPU per write,
+a stock broker, 2000 and 5000 writes/s, busy keys, 1000 idle keys, the floor of the stack),
+and the cost of a frame.
 
 Needs mosquitto, lsyncd and rsync (Debian: apt-get install -y mosquitto lsyncd rsync); py-spy
 only with --profile. All traffic stays on 127.0.0.1 and every run is bounded in time: on a
-quiet 2-core machine the full suite takes about six minutes, --quick about two. The machine
-may be shared, so each bench waits for other processes to quieten down first and runs again
-when they took much CPU during it (--retries); RESULTS.md shows how much they took.
---profile attaches py-spy to the daemons during the measured windows and writes raw profiles
-to DIR: that perturbs the figures, so compare profiled runs only with each other.
+quiet 2-core machine the full suite takes about ten minutes, --quick about three. The machine
+may be shared, so each bench waits (up to --quiet-wait s) for other processes to quieten down
+first and runs again when they took much CPU during it (--retries); RESULTS.md shows how much
+they took. --profile attaches py-spy to the daemons during the measured windows and writes raw
+profiles to DIR: that perturbs the figures, so compare profiled runs only with each other.
 """
 
 from __future__ import annotations
@@ -35,7 +42,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import bench_lsyncd, bench_replication, bench_scale
+from bench import (
+    bench_busy,
+    bench_floor,
+    bench_frames,
+    bench_lsyncd,
+    bench_replication,
+    bench_scale,
+)
 from bench.harness import BackgroundMeter, Stats, ms, wait_quiet
 from tests.support.cluster import Broker, Daemon
 
@@ -57,13 +71,24 @@ class Plan:
     load_seconds: float
     scrub_seconds: float
     verify_args: tuple[str, ...]
+    busy_keys: tuple[int, ...]  # the busy-keys curve (bench_busy.py), keys x 1 write/s
+    busy_seconds: float
+    busy_grace: float
+    floor_seconds: float  # the floor of the stack (bench_floor.py)
+    floor_catchup_mb: int
+    frame_rounds: int  # bench_frames.py
 
 
-FULL = Plan(8, 8, (50, 500), 20, 25, 1000, 1000, 1024, 20, 20, 20, ("--mb", "200", "--runs", "3"))
-QUICK = Plan(3, 3, (500,), 5, 20, 200, 1000, 128, 5, 5, 0, ("--mb", "50", "--runs", "1"))
+FULL = Plan(10, 8, (50, 500), 20, 25, 1024, 1000, 1024, 60, 20, 20,
+            ("--mb", "200", "--runs", "3"), (100, 300, 1000, 3000), 10, 30, 10, 1024, 3000)
+QUICK = Plan(3, 3, (500,), 5, 20, 200, 1000, 128, 5, 5, 0, ("--mb", "50", "--runs", "1"),
+             (100,), 3, 10, 3, 100, 300)
 
 # Targets from issue 7.
 LAG_P50_MS, LAG_P99_MS, LSYNCD_FACTOR = 3.0, 20.0, 10.0
+# Targets from issue 12 (bench/targets12.py measures the same, alone).
+CPU_PER_WRITE_US, STOCK_P99_MS, W2000_P99_MS, W5000_P99_MS, CATCHUP12_MB_S = (
+    150.0, 20.0, 20.0, 50.0, 200.0)
 QUIET_PCT, QUIET_WAIT = 10.0, 180.0  # others' CPU % that counts as quiet; longest wait, s
 DISTURBED_PCT = 25.0  # others' CPU % during a bench that makes it run again
 SCRUB_WAIT_MAX = 90.0  # wait for the first scrub pass only if it starts this soon, s
@@ -145,9 +170,25 @@ def run_verify(plan: Plan) -> dict[str, Any]:
             "command": "python " + " ".join(cmd[1:])}
 
 
+def run_floor(root: Path, plan: Plan) -> dict[str, Any]:
+    """The floor: CPU per write and catch-up of a bare paho + Ed25519 pipeline, the standby
+    reading through paho, then reading the socket itself."""
+    out: dict[str, Any] = {}
+    for raw in (False, True):
+        reader = "own reader" if raw else "paho"
+        out[reader] = {
+            "per_write": bench_floor.per_write(root / f"w-{raw}", 500, plan.floor_seconds,
+                                               0.01, raw),
+            "catchup": bench_floor.catchup(root / f"c-{raw}", plan.floor_catchup_mb,
+                                           256 * 1024, raw),
+        }
+    return out
+
+
 class Suite:
-    def __init__(self, plan: Plan, root: Path, profile: Path | None, retries: int) -> None:
-        self.plan, self.root, self.profile = plan, root, profile
+    def __init__(self, plan: Plan, root: Path, profile: Path | None, retries: int,
+                 quiet_wait: float = QUIET_WAIT) -> None:
+        self.plan, self.root, self.profile, self.quiet_wait = plan, root, profile, quiet_wait
         self.results: dict[str, Any] = {}
         self.errors: dict[str, str] = {}
         self.background: dict[str, tuple[float, float]] = {}  # others' CPU %: before, during
@@ -162,7 +203,7 @@ class Suite:
                   f"{f' (again, try {attempt + 1})' if attempt else ''} ...", flush=True)
             # The host may be shared: start only when others leave the cores alone, and
             # record how much CPU they took meanwhile.
-            before = wait_quiet(QUIET_PCT, QUIET_WAIT)
+            before = wait_quiet(QUIET_PCT, self.quiet_wait)
             meter = BackgroundMeter()
             meter.start()
             t0 = time.monotonic()
@@ -194,6 +235,10 @@ class Suite:
             for replicas in (1, 2):
                 self.step(f"syncd {rate} {replicas}", lambda d, r=rate, n=replicas: (
                     bench_replication.lag(r, p.lag_seconds, d, n, self.profile)))
+        self.step("syncd 500 stock", lambda d: bench_replication.lag(
+            500, p.lag_seconds, d, 1, self.profile, stock_broker=True))
+        self.step("syncd 5000 1", lambda d: bench_replication.lag(
+            5000, p.lag_seconds, d, 1, self.profile))
         for rate in RATES:
             self.step(f"lsyncd tuned {rate}", lambda d, r=rate: bench_lsyncd.lag(
                 r, p.lsyncd_seconds, d, "tuned"))
@@ -206,6 +251,13 @@ class Suite:
         self.step("scale", lambda d: bench_scale.run(
             d, p.scale_keys, p.scale_kib, p.idle_seconds, p.load_seconds, self.profile, scrub))
         self.step("verify", lambda d: run_verify(p))
+        self.step("busy", lambda d: {
+            keys: bench_busy.busy(keys, d / str(keys), p.busy_seconds, p.busy_grace)
+            for keys in p.busy_keys})
+        self.step("floor", lambda d: run_floor(d, p))
+        self.step("frames", lambda d: {
+            items: bench_frames.measure(items, max(p.frame_rounds // items, 50))
+            for items in (1, 10, 100)})
 
 
 # --- the report -----------------------------------------------------------------------------
@@ -232,6 +284,7 @@ class Report:
     def __init__(self, suite: Suite, info: dict[str, dict[str, str]], argv: list[str],
                  samples: tuple[str, str], took: float) -> None:
         self.r, self.errors, self.background = suite.results, suite.errors, suite.background
+        self.quiet_wait = suite.quiet_wait
         self.retries, self.attempts = suite.retries, suite.attempts
         self.plan, self.info, self.argv, self.samples, self.took = (
             suite.plan, info, argv, samples, took)
@@ -293,23 +346,104 @@ class Report:
                      verdict(v["mb_s"] >= VERIFY_MB_S if v else None), self.others("verify")])
         return rows
 
+    def targets12(self) -> list[list[str]]:
+        """Issue #12's fleet-scale targets: [what, target, measured, verdict, others' CPU]."""
+        rows: list[list[str]] = []
+
+        def p99_rows(step: str, what: str, limit: float) -> None:
+            r = self.get(step)
+            if r is None:
+                rows.append([what, f"p99 <= {limit:g} ms", "failed", verdict(None), ""])
+                return
+            for node, s in r["replicas"].items():
+                miss = f", **{s.missing} missing**" if s.missing else ""
+                rows.append([f"{what}, standby {node}", f"p99 <= {limit:g} ms",
+                             f"p50 {ms(s.p50)}, p99 {ms(s.p99)}{miss}",
+                             verdict(s.missing == 0 and s.p99 <= limit), self.others(step)])
+
+        r500 = self.get("syncd 500 2")
+        if r500:
+            cpu = r500["cpu_per_write_us"]
+            rows.append(["CPU per replicated write, 500 writes/s, 2 standbys (writer a / b / c)",
+                         f"<= {CPU_PER_WRITE_US:g} µs",
+                         " / ".join(f"{us:.0f} µs" for us in cpu.values()),
+                         verdict(max(cpu.values()) <= CPU_PER_WRITE_US),
+                         self.others("syncd 500 2")])
+        for rate in (2000, 5000):
+            r = self.get(f"syncd {rate} {2 if rate == 2000 else 1}")
+            if r:
+                rows.append([f"(reported) CPU per write at {rate} writes/s, writer", "",
+                             f"{r['cpu_per_write_us']['a']:.0f} µs", "",
+                             self.others(f"syncd {rate} {2 if rate == 2000 else 1}")])
+        p99_rows("syncd 500 stock", "500 writes/s, stock Mosquitto (no set_tcp_nodelay)",
+                 STOCK_P99_MS)
+        p99_rows("syncd 2000 2", "2000 writes/s, 2 standbys", W2000_P99_MS)
+        p99_rows("syncd 5000 1", "5000 writes/s, 1 standby", W5000_P99_MS)
+        busy: dict[int, Any] | None = self.r.get("busy")
+        for keys in self.plan.busy_keys:
+            r = busy.get(keys) if busy else None
+            target = bench_busy.TARGET_P99_MS.get(keys)
+            what = f"{keys} busy keys x 1 write/s, standby lag"
+            if r is None:
+                rows.append([what, "", "failed", verdict(None), ""])
+                continue
+            s = r["lag"]
+            miss = f", **{s.missing} missing**" if s.missing else ""
+            cpu = r["cpu_per_write_us"]
+            rows.append([what, f"p99 <= {target:g} ms" if target else "(reported)",
+                         f"p50 {ms(s.p50)}, p99 {ms(s.p99)}{miss}; CPU per write "
+                         f"a {cpu['a']:.0f} / b {cpu['b']:.0f} µs",
+                         verdict(s.missing == 0 and s.p99 <= target) if target else "",
+                         self.others("busy")])
+        sc = self.get("scale")
+        if sc:
+            idle = max(sc["idle_cpu"].values())
+            rows.append([f"{self.plan.scale_keys} idle keys: CPU per daemon over "
+                         f"{self.plan.idle_seconds:g} s (A / B)", f"< {IDLE_CPU_PCT:g} %",
+                         " / ".join(f"{v:.2f} %" for v in sc["idle_cpu"].values()),
+                         verdict(idle < IDLE_CPU_PCT), self.others("scale")])
+        cu = self.get("catch-up")
+        rows.append([f"catch-up of a {self.plan.catchup_mb} MB log, start-up included",
+                     f">= {CATCHUP12_MB_S:g} MB/s",
+                     f"{cu['mb_s']:.0f} MB/s (streaming {cu['streaming_mb_s']:.0f})" if cu
+                     else "failed", verdict(cu["mb_s"] >= CATCHUP12_MB_S if cu else None),
+                     self.others("catch-up")])
+        return rows
+
+    def floor_rows(self) -> list[list[str]]:
+        fl = self.get("floor")
+        if fl is None:
+            return [["floor", f"failed: {self.errors.get('floor')}", "", ""]]
+        return [[reader, f"{r['per_write']['writer_us']:.0f} µs",
+                 f"{r['per_write']['standby_us']:.0f} µs", f"{r['catchup']['mb_s']:.0f} MB/s"]
+                for reader, r in fl.items()]
+
+    def frame_rows(self) -> list[list[str]]:
+        fr = self.get("frames")
+        if fr is None:
+            return [["frames", f"failed: {self.errors.get('frames')}", "", "", ""]]
+        return [[str(items), f"{size:,}".replace(",", " "), f"{enc:.0f} µs", f"{dec:.0f} µs",
+                 f"{(enc + dec) / items:.0f} µs"] for items, (enc, dec, size) in fr.items()]
+
+    def syncd_rows(self, step: str, what: str, rate: int, n: int) -> list[list[str]]:
+        r = self.get(step)
+        if r is None:
+            return [[what, str(rate), "failed", *[""] * 7]]
+        cpu = ", ".join(f"{k} {v:.0f}%" for k, v in r["cpu"].items())
+        entries = [(f"replica {k}", s) for k, s in r["replicas"].items()]
+        if n > 1:
+            entries.append(("on both (per write, slower)", r["all"]))
+        entries.append(("(writer A: fsync'ed + sent)", r["shipped"]))
+        return [[f"{what}: {label}", str(rate), f"{r['achieved']:.0f}", str(s.n), *s.row(), cpu,
+                 self.others(step)] for label, s in entries]
+
     def lag_rows(self) -> list[list[str]]:
         rows = []
         for rate in RATES:
             for n in (1, 2):
-                step = f"syncd {rate} {n}"
-                r = self.get(step)
-                if r is None:
-                    rows.append([f"syncd {n}r", str(rate), "failed", *[""] * 7])
-                    continue
-                cpu = ", ".join(f"{k} {v:.0f}%" for k, v in r["cpu"].items())
-                entries = [(f"replica {k}", s) for k, s in r["replicas"].items()]
-                if n > 1:
-                    entries.append(("on both (per write, slower)", r["all"]))
-                entries.append(("(writer A: fsync'ed + sent)", r["shipped"]))
-                for label, s in entries:
-                    rows.append([f"syncd {n}r: {label}", str(rate), f"{r['achieved']:.0f}",
-                                 str(s.n), *s.row(), cpu, self.others(step)])
+                rows += self.syncd_rows(f"syncd {rate} {n}", f"syncd {n}r", rate, n)
+            if rate == 500:
+                rows += self.syncd_rows("syncd 500 stock", "syncd 1r, stock Mosquitto", 500, 1)
             for mode in ("tuned", "defaults"):
                 step = f"lsyncd {mode} {rate}"
                 r = self.get(step)
@@ -320,6 +454,7 @@ class Report:
                 rows.append([f"lsyncd {mode}{miss}", str(rate), f"{r['achieved']:.0f}", str(s.n),
                              *s.row(), f"lsyncd+rsync {r['cpu']['lsyncd+rsync']:.0f}%",
                              self.others(step)])
+        rows += self.syncd_rows("syncd 5000 1", "syncd 1r", 5000, 1)
         return rows
 
     def ratio_rows(self) -> list[list[str]]:
@@ -385,19 +520,29 @@ class Report:
         broker_conf, daemon_conf = self.samples
         lsyncd_confs = {m: self.get(f"lsyncd {m} 500") for m in ("tuned", "defaults")}
         out = [
-            "# syncd benchmarks",
+            "# syncd benchmarks: the current figures",
             "",
-            f"Written by `{' '.join(self.argv)}` on {now}; the suite took {self.took / 60:.1f} "
-            "min. Every bench ran alone, one after the other; all traffic on 127.0.0.1.",
+            f"Written by `{' '.join(self.argv)}` on {now}, at commit "
+            f"{self.info['versions']['syncd git rev']}; the suite took {self.took / 60:.1f} "
+            "min. Every bench ran alone, one after the other; all traffic on 127.0.0.1. "
+            "This file holds one run's figures only: earlier runs are in its git history "
+            "(`git log -p bench/RESULTS.md`). What the figures mean: docs/development.md, "
+            "\"Benchmarks\".",
             "",
             "## Targets",
             "",
+            "Issue 7's targets:",
+            "",
             table(["what", "target", "measured", "", "others' CPU"], self.targets()),
+            "",
+            "Issue 12's fleet-scale targets (`python -m bench.targets12` measures them alone):",
+            "",
+            table(["what", "target", "measured", "", "others' CPU"], self.targets12()),
             "",
             "\"others' CPU\": CPU % (100 % = one core) used meanwhile by processes outside "
             "this suite (the machine may be shared): busy time from /proc/stat minus this "
             f"process tree's. Each bench waited for it to fall below {QUIET_PCT:g} % (at most "
-            f"{QUIET_WAIT:g} s) before starting, and ran again (up to {self.retries} more "
+            f"{self.quiet_wait:g} s) before starting, and ran again (up to {self.retries} more "
             f"times) while they took more than {DISTURBED_PCT:g} %; the least disturbed run is "
             "shown. A large figure means the run was disturbed all the same.",
             "",
@@ -411,7 +556,7 @@ class Report:
             "",
             "## Lag: append -> durable on each replica",
             "",
-            "Ishiki-shaped lines (`ishiki_lines` from tests/conftest.py), 1 to 3 lines per "
+            "Ishiki-shaped lines (`ishiki_lines` from tests/support/ishiki.py), 1 to 3 lines per "
             "write, each write one `open(O_APPEND)` + `write(2)` + `close` (the reference "
             "writer's `appendFile`), paced by sleeping.",
             "",
@@ -471,11 +616,28 @@ class Report:
         v = self.get("verify")
         out.append(f"`{v['command']}`: {v['line']}" if v else
                    f"failed: {self.errors.get('verify')}")
+        out += ["", "## The floor of the stack", "",
+                "`bench/bench_floor.py`: the same two measurements for a pipeline with none of "
+                "syncd's logic, only the work every copy must do. At 500 writes/s the writer "
+                "wakes every 10 ms, reads what was appended, fdatasyncs it, signs it (Ed25519 "
+                "over its SHA-256, as syncd/core/frames.py) and publishes it through paho; the "
+                "standby verifies, appends and fdatasyncs. The catch-up sends 256 KiB pieces of a "
+                f"{p.floor_catchup_mb} MB file. Each runs twice: the standby reading through "
+                "paho, then reading the socket itself.", "",
+                table(["standby reads with", "CPU per write, writer", "CPU per write, standby",
+                       "catch-up"], self.floor_rows()), "",
+                "## Frames", "",
+                "`python -m bench.bench_frames`: one frame signed (Ed25519) and verified, with "
+                "1, 10 and 100 live items of one Ishiki line each.", "",
+                table(["items per frame", "frame bytes", "encode + sign", "verify + decode",
+                       "per item"], self.frame_rows())]
         out += ["", "## Commands", "",
                 f"- the suite: `{' '.join(self.argv)}` (`--quick` for a short smoke run; "
                 "`--profile DIR` to attach py-spy). Each part runs alone too: "
                 "`python -m bench.bench_replication`, `python -m bench.bench_lsyncd`, "
-                "`python -m bench.bench_scale`, `python bench/bench_verify.py`.",
+                "`python -m bench.bench_scale`, `python bench/bench_verify.py`, "
+                "`python -m bench.bench_busy`, `python -m bench.bench_floor`, "
+                "`python -m bench.bench_frames`.",
                 "- Mosquitto, one per scenario: `mosquitto -c mosquitto.conf` with",
                 "", "```", broker_conf.strip(), "```", "",
                 "- each syncd daemon: `python -m syncd run --config syncd.toml --log-level "
@@ -505,8 +667,12 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="short smoke run (~2 min)")
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="attach py-spy to the daemons; raw profiles go to DIR")
-    parser.add_argument("--out", type=Path, default=REPO / "bench" / "RESULTS.md",
-                        metavar="FILE", help="where to write the report (bench/RESULTS.md)")
+    parser.add_argument("--results", "--out", dest="out", type=Path,
+                        default=REPO / "bench" / "RESULTS.md", metavar="FILE",
+                        help="where to write the report (bench/RESULTS.md)")
+    parser.add_argument("--quiet-wait", type=float, default=QUIET_WAIT, metavar="S",
+                        help=f"wait up to S s before each bench for other processes to take "
+                             f"less than {QUIET_PCT:g} %% CPU (default {QUIET_WAIT:g})")
     parser.add_argument("--retries", type=int, default=2, metavar="N",
                         help=f"run a bench up to N more times while other processes take "
                              f"more than {DISTURBED_PCT:g} %% CPU during it (default 2)")
@@ -519,7 +685,7 @@ def main() -> None:
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="syncd-bench-") as tmp:
         samples = config_samples(Path(tmp))
-        suite = Suite(plan, Path(tmp), args.profile, args.retries)
+        suite = Suite(plan, Path(tmp), args.profile, args.retries, args.quiet_wait)
         suite.run()
     end_rev = versions()["syncd git rev"]
     if end_rev != info["versions"]["syncd git rev"]:
@@ -528,7 +694,7 @@ def main() -> None:
     report = Report(suite, info, argv, samples, time.monotonic() - t0)
     args.out.write_text(report.render() + "\n")
     print(f"wrote {args.out}")
-    for row in report.targets():
+    for row in report.targets() + report.targets12():
         print(f"  {row[3]:>12}  {row[0]}: {row[2]} (target {row[1]})")
     if suite.errors:
         sys.exit(1)

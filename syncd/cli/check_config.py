@@ -5,9 +5,12 @@ runtimes_dir readable and writable, state_dir writable or creatable, the identit
 and matching [peers], the password and TLS files readable and well-formed. It then counts the
 instance keys found under the roots (nested up to roots.MAX_DEPTH levels) and names every
 directory that cannot be replicated, with the reason (a name that is not UTF-8, a symbolic
-link, too deep, unreadable). Permissions are those of the user running the check, so run it as
-the service's user. With --broker it also connects and sends probes (brokercheck.py). Exit 0
-usable, 1 the broker check failed, 2 the config is not usable (every problem on its own line).
+link, too deep, unreadable), and the directories the watcher will watch against the kernel's
+inotify limits, warning with the sysctl to raise when they are too low (core/oslimits.py).
+Permissions are those of the user running the check, so run it as the service's user. With
+--broker it also connects and sends probes (ops/brokercheck.py). Exit 0 usable (warnings
+included), 1 the broker check failed, 2 the config is not usable (every problem on its own
+line).
 """
 
 from __future__ import annotations
@@ -25,9 +28,12 @@ from syncd.cli.common import config_option
 from syncd.config import Config, ConfigError, _line_of, load_config
 from syncd.core.identity import IdentityError
 from syncd.core.names import printable
+from syncd.core.oslimits import INSTANCES, WATCHES, shortfalls
 from syncd.core.roots import MAX_DEPTH
+from syncd.daemon.node import watch_depth
 from syncd.disk.discovery import Scanner, root_problems
 from syncd.disk.keyfile import load_identity
+from syncd.disk.oslimits import count_directories, inotify_limits
 from syncd.net import tls
 from syncd.ops import brokercheck
 
@@ -124,6 +130,20 @@ def survey(config: Config) -> list[str]:
     return lines
 
 
+def watch_survey(config: Config) -> tuple[str, list[str]]:
+    """The directories the watcher needs a watch for, the limits, and any shortfall."""
+    directories = count_directories(config.roots.watch_dirs(), watch_depth(config))
+    limits = inotify_limits()
+
+    def shown(value: int | None) -> str:
+        return "unknown" if value is None else str(value)
+
+    line = (f"inotify: {directories} director{'y' if directories == 1 else 'ies'} to watch "
+            f"under the roots (one watch each); {WATCHES} = {shown(limits.max_user_watches)}, "
+            f"{INSTANCES} = {shown(limits.max_user_instances)}")
+    return line, shortfalls(limits, directories)
+
+
 @click.command("check-config")
 @config_option
 @click.option("--broker", is_flag=True,
@@ -157,6 +177,11 @@ def command(config_path: Path, broker: bool, timeout: float) -> None:
     click.echo(f"config OK: node {config.node}, {report[0]}")
     for line in report[1:]:
         click.echo(line)
+    if config.watch:
+        line, warnings = watch_survey(config)
+        click.echo(line)
+        for warning in warnings:
+            click.echo(f"syncd: warning: {warning}", err=True)
     if config.secret_file is not None:
         click.echo(f"note: secret_file is no longer used (frames are signed with each host's "
                    f"identity_file since protocol 3); remove it from {config_path}", err=True)

@@ -48,7 +48,7 @@ def command(config_path: Path, log_level: str, log_format: str) -> None:
         click.echo(f"syncd: config error: {e}", err=True)
         sys.exit(2)
     logs.setup(log_level, log_format)
-    allocator.tune()  # frames come from the heap, not from fresh mappings (allocator.py)
+    allocator.tune()  # frames come from the heap, not from fresh mappings (ops/allocator.py)
     if log_level != "debug":
         logging.getLogger("syncd.mqtt").setLevel(logging.WARNING)
     try:
@@ -83,7 +83,7 @@ async def _run(node: Node) -> None:
     # Outside systemd there is nobody to inform.
     informer = (loop.create_task(systemd.keep_informed(notifier, node.status))
                 if notifier.enabled else None)
-    stall.watch(loop)  # a loop that stops turning prints where it is stuck (stall.py)
+    stall.watch(loop)  # a loop that stops turning prints where it is stuck (ops/stall.py)
     try:
         await node.run(ready=ready)
     finally:
@@ -103,8 +103,8 @@ def _metrics_endpoint(node: Node, loop: asyncio.AbstractEventLoop) -> metrics.En
         endpoint = metrics.Endpoint(m.host, m.port, metrics.snapshot_from(node, loop))
     except OSError as e:
         raise StartupError(f"metrics.listen {m.host}:{m.port}: {e.strerror or e}") from None
-    logging.getLogger("syncd").info("metrics on http://%s:%d/metrics",
-                                    f"[{m.host}]" if ":" in m.host else m.host, m.port)
+    base = f"http://{f'[{m.host}]' if ':' in m.host else m.host}:{m.port}"
+    logging.getLogger("syncd").info("status page on %s/, metrics on %s/metrics", base, base)
     return endpoint
 
 

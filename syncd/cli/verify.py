@@ -2,7 +2,8 @@
 
 Exit status: 0 every file is clean, 1 problems found, 2 the arguments cannot be used. What the
 seed allows (late narrative projections, the turn in progress at the tail) is printed as a
-note and does not make a file unclean: see syncd/verify.py's header for each rule.
+note and does not make a file unclean: see syncd/core/logcheck.py's header for each rule,
+and docs/event-logs.md.
 """
 
 from __future__ import annotations

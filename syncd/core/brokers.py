@@ -1,6 +1,6 @@
 """Which broker to talk to: the `[mqtt] brokers` list and the policy for moving along it.
 
-Pure: no sockets, no clock, no sleeping; the caller (link.py) sleeps for the delays this
+Pure: no sockets, no clock, no sleeping; the caller (net/link.py) sleeps for the delays this
 returns, and tests drive it with a seeded random generator.
 
 The policy (`Rotation`):

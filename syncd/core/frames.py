@@ -110,9 +110,9 @@ _CHANNEL_KINDS = {
 }
 RESOURCES = "resources"  # the `file` of every resource item: the instance's resources/ tree
 MAX_RESOURCE_NAME = 1024
-# Directories below resources/ a name may go through: each is a directory a peer's name makes
-# us create, and a step of every walk (Ishiki's are 2 or 3 deep).
-MAX_RESOURCE_DEPTH = 32
+# Levels of a resource name at most: the largest [resources] max_depth (config.py), which is
+# what a host walks and accepts from peers (resources.py): a level is a directory to create.
+MAX_RESOURCE_DEPTH = 256
 # One manifest item: at most MAX_ENTRIES_PER_ITEM entries (2000 are sent) in MAX_ENTRIES_BODY
 # bytes. Decoding costs ~1.8 KB of memory per entry for a moment: the JSON values are counted
 # (by their commas) before it is parsed, so that no body of tiny values costs more.

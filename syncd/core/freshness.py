@@ -4,7 +4,7 @@ The signature (frames.py) proves who sent a frame and on which topic; this modul
 whether it is new. Order comes from the sender's own counters, never from clocks:
 
 - `epoch`: the sender's run, persisted in its state_dir and increased at every start
-  (epoch.py), so a host whose clock was wrong, or that restarted, is ordered correctly.
+  (disk/epoch.py), so a host whose clock was wrong, or that restarted, is ordered correctly.
 - `conn`: which broker connection of that run; `seq`: a counter over the run's frames.
 
 Rules, pure bookkeeping without I/O:

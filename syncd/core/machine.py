@@ -7,7 +7,7 @@ rule needs, and it touches no file, socket, thread or clock.
 
 Theory of operation
 -------------------
-The caller (the shell, `replica.py`, or the simulator in `tests/sim/`) runs this loop, one
+The caller (the shell, `daemon/replica.py`, or the simulator in `tests/sim/`) runs this loop, one
 event at a time, never two at once for the same file:
 
     plan = machine.reads_for(event)         # which bytes of the file the decision needs

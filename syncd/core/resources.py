@@ -30,7 +30,7 @@ it whole: a write-once name without overwriting anything, a replaced one only ov
 this machine last saw. Deletions are not propagated: a file deleted here is fetched back from a
 peer that still holds it (nothing is lost by syncd; the writer never deletes today).
 
-No files, sockets or clocks here: the shell (resourcefiles.py) and the simulator feed events
+No files, sockets or clocks here: the shell (daemon/resourcefiles.py) and the simulator feed events
 with the time and carry out the effects.
 """
 
@@ -55,6 +55,9 @@ DEFAULT_REPLACED = ("*.json", "*.view")
 # `<name>.json.<uuid>.tmp`) and syncd's own (`.<name>.syncd.tmp`) are never complete files.
 TEMP_PATTERNS = ("*.tmp",)
 MAX_FILE_BYTES = 32 << 20
+# Directories below resources/ that a scan goes into ([resources] max_depth): Ishiki's deepest
+# is 2 (artifacts/shake/); a bot-made tree deeper than this is shown, not walked.
+MAX_DEPTH = 32
 # Files fetched at once per instance: one of any size, more (up to MAX_TRANSFERS) only while
 # what they all still need fits in one fetch window. Many small files go in parallel; big ones
 # keep at most a window in flight, as the log's fetch does: a broker drops what overflows a
@@ -112,6 +115,7 @@ class Rules:
     exclude: tuple[str, ...] = DEFAULT_EXCLUDE
     replaced: tuple[str, ...] = DEFAULT_REPLACED
     max_file_bytes: int = MAX_FILE_BYTES
+    max_depth: int = MAX_DEPTH
 
     def kind(self, name: str) -> FileKind | None:
         """The rule for `name` (a path relative to resources/), None: it does not travel."""
@@ -132,6 +136,9 @@ def _kind(rules: Rules, name: str) -> FileKind | None:
 
 def _rule(rules: Rules, name: str) -> FileKind | None:
     if frames.resource_name_problem(name) is not None:
+        return None
+    if name.count("/") > rules.max_depth:
+        # Deeper than our own scans go: no peer's name makes us create such a tree either.
         return None
     if any(_match(name, p) for p in TEMP_PATTERNS + rules.exclude):
         return None
@@ -219,6 +226,17 @@ class InstallFailed:
 
 
 @dataclass(frozen=True, slots=True)
+class ServeFailed:
+    """A Serve was not carried out: the file is not what was announced any more (it changed,
+    or its path now goes through a link). The shell looks at it again; the asker is told."""
+
+    peer: str
+    name: str
+    digest: bytes
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class Compared:
     """Our bytes at the offset of a peer's chunk (Compare effect): the first difference, if any."""
 
@@ -229,7 +247,7 @@ class Compared:
 
 
 Event = (LocalFile | LocalGone | PeerItem | PeerPresence | Connected | Tick | Installed
-         | InstallFailed | Compared)
+         | InstallFailed | Compared | ServeFailed)
 
 
 # --- effects -------------------------------------------------------------------------------
@@ -573,6 +591,11 @@ class ResourceMachine:
                 self.waiting.add(name)
             case Compared():
                 self._on_compared(event, now, out)
+            case ServeFailed(peer, name, digest, reason):
+                # Not "other bytes held": what we hold is unknown until the shell's rescan,
+                # which announces it. The asker forgets our entry and asks again from there.
+                out.append(Send(Kind.RREFUSE, frames.ResRefuse(name, digest, None, reason),
+                                peer))
         if self._changed:
             for part in _parts(self._changed):
                 out.append(Send(Kind.RHAVE, frames.res_have(False, part)))

@@ -77,6 +77,11 @@ class RetainPacer:
             heapq.heappop(heap)
         return False
 
+    def latest(self) -> list[tuple[Where, Announce]]:
+        """The newest announcement of every file announced on this connection (retained, or
+        held back), in no particular order."""
+        return [(w, self._pending.get(w, sent)) for w, (sent, _at) in self._sent.items()]
+
     def forget(self) -> None:
         """A new connection (the broker may have lost its retained messages): the next
         announcement of every file goes at once."""

@@ -22,11 +22,12 @@ directories below their root.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
 from syncd.core.names import key_problem, part_problem, printable
+from syncd.core.spot import Spot
 
 MAX_DEPTH = 4  # directories from a root down to an instance (`onebot_123/group_456` is 2)
 
@@ -103,10 +104,27 @@ class RootSpec:
 
 @dataclass(frozen=True)
 class Root:
-    """One root directory; `name` prefixes its keys (None: the single unprefixed root)."""
+    """One root directory; `name` prefixes its keys (None: the single unprefixed root).
+
+    `base`: for a root a glob matched, the directory the glob lists (the configuration names
+    it, so it is trusted); the levels from there down to the root are opened like any other
+    below a root, without following a link (see spot)."""
 
     name: str | None
     path: Path
+    base: Path | None = field(default=None, compare=False)  # how to reach it, not which
+
+    @property
+    def spot(self) -> Spot:
+        """The root as a Spot: from the trusted directory, one component at a time."""
+        if self.base is None:
+            return Spot(self.path)
+        return Spot(self.base, self.path.relative_to(self.base).parts)
+
+    def spot_of(self, parts: Sequence[str]) -> Spot:
+        """The directory `parts` below this root."""
+        s = self.spot
+        return Spot(s.top, s.parts + tuple(parts))
 
 
 @dataclass(frozen=True)
@@ -177,7 +195,8 @@ class Layout:
         for root in self.fixed_roots():
             if root.name == name:
                 return root, rest
-        candidates = [Root(name, s.root_for(name)) for s in self.globs() if s.accepts(name)]
+        candidates = [Root(name, s.root_for(name), s.base) for s in self.globs()
+                      if s.accepts(name)]
         for root in candidates:
             if root.path.is_dir():
                 return root, rest
@@ -190,6 +209,11 @@ class Layout:
         """The directory of instance `key` (it may not exist yet); KeyPathError if none."""
         root, parts = self.locate(key)
         return root.path.joinpath(*parts)
+
+    def spot(self, key: str) -> Spot:
+        """The directory of instance `key` as a Spot (how the daemon opens it)."""
+        root, parts = self.locate(key)
+        return root.spot_of(parts)
 
     def place(self, path: Path) -> Place | None:
         """Where a path the watcher reported lies (None: under no root, nor above one)."""
@@ -213,5 +237,5 @@ class Layout:
                 continue
             if below[:len(tail)] != tail:
                 continue
-            return Place(Root(name, spec.root_for(name)), below[len(tail):])
+            return Place(Root(name, spec.root_for(name), spec.base), below[len(tail):])
         return None

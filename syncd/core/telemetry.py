@@ -1,6 +1,6 @@
 """What an SRE watches, counted as it happens: traffic by kind, refusals by reason, and how
 long bytes take to become durable here. Pure bookkeeping (no I/O, the clock is passed in);
-the node feeds it, `metrics.py` turns its snapshot into Prometheus families.
+the node feeds it, `ops/metrics.py` turns its snapshot into Prometheus families.
 
 Append → durable latency, per peer: a live frame carries its sender's stamp `ts` (wall clock,
 ms), taken when the sender shipped bytes it had just seen appended. When those bytes become

@@ -37,7 +37,7 @@ FOLLOW_INTERVAL = 1.0  # seconds between two catch-ups of one file
 
 
 class IncrementalVerifier:
-    def __init__(self, path: Path, state_file: Path) -> None:
+    def __init__(self, path: store.Where, state_file: Path) -> None:
         self.path = path
         self.state_file = state_file
         self.checker = LogChecker()

@@ -1,11 +1,11 @@
 """The daemon: finds instance keys, owns their replicas, and wires watcher, sweep and link.
 
-Instances are found by discovery.py (the sweep, and at once on a watcher hint about a path
+Instances are found by disk/discovery.py (the sweep, and at once on a watcher hint about a path
 that is not a known replica's file); every key becomes a path through Config.key_dir only.
 
 It routes, it does not decide: frames go to the replica of their (key, file), filesystem hints
 to the replica of their path. Its control socket (`syncd status`, `adopt`, `reload`) is served
-by controlserver.py.
+by ops/controlserver.py.
 
 What a peer's frames may cost here is bounded before anything is routed (docs/peer-limits.md):
 only a writer's bytes and positions may make a key, and only within `[limits] max_keys`,
@@ -51,14 +51,17 @@ from syncd.core.keyspace import KeySpace
 from syncd.core.ledger import BLOCK, DIGEST_SIZE
 from syncd.core.machine import Tuning
 from syncd.core.names import printable
+from syncd.core.oslimits import shortfalls
 from syncd.core.roots import MAX_DEPTH, KeyPathError
 from syncd.core.telemetry import Telemetry
+from syncd.core.unsafe import UnsafePaths
 from syncd.daemon import logs
 from syncd.daemon.replica import Replica
 from syncd.daemon.resourcehub import RESOURCE_KINDS, ResourceHub
 from syncd.daemon.scrub import scrub_forever
 from syncd.daemon.window import BatchWindow
-from syncd.disk.discovery import Scanner, Skipped, linked_component, root_problems
+from syncd.disk import oslimits, tree
+from syncd.disk.discovery import Scanner, Skipped, root_problems
 from syncd.disk.epoch import next_epoch
 from syncd.disk.groupsync import GroupSync
 from syncd.disk.keyfile import load_identity
@@ -159,7 +162,8 @@ class Node:
         self._positions = PositionSender(
             lambda item: self._outbox.add(frames.all_topic(self._prefix, self.node), "", item),
             self._publish_retained)
-        self._watcher = Watcher(config.roots.watch_dirs(), self._on_hint, self._on_overflow)
+        self._watcher = Watcher(config.roots.watch_dirs(), self._on_hint, self._on_overflow,
+                                max_depth=watch_depth(config))
         # Local changes gather for batch_window while appends keep coming (window.py).
         self._window: BatchWindow[Replica] = BatchWindow(
             config.batch_window, Replica.hint_local, self._watcher.hold, self._watcher.drain,
@@ -177,6 +181,8 @@ class Node:
         self._low_space: dict[str, int] = {}  # filesystems below min_free_bytes: path -> free
         self._low_since: float | None = None  # wall time remote growth stopped
         self._space_at = -1e18  # monotonic time of the last look at free space
+        # Links, devices, unreadable or too deep directories met below the roots (unsafe.py).
+        self.unsafe = UnsafePaths()
         self.resources = ResourceHub(self)  # each instance's resources/ (resourcehub.py)
 
     # --- Host protocol for replicas ---------------------------------------------------------
@@ -187,7 +193,7 @@ class Node:
         in a batch per topic at the end of this turn of the event loop."""
         item = frames.Item(kind, payload, key, file)
         self.telemetry.count("sent", kind.value, item.size)
-        if kind is Kind.POS:  # in the batch, and retained for later hosts (positions.py)
+        if kind is Kind.POS:  # in the batch, and retained for later hosts (net/positions.py)
             self._positions.announce(key, file, item)
             return
         if not to:  # live bytes, and resource summaries and changes: for everyone
@@ -202,7 +208,7 @@ class Node:
 
     def _publish_batch(self, topic: str, to: str, items: tuple[frames.Item, ...]) -> None:
         # Live batches at QoS 0: a lost one is a gap the next batch or position reveals (and
-        # fetched again), and QoS 1 costs a PUBACK each way per write (README, Topics).
+        # fetched again), and QoS 1 costs a PUBACK each way per write (docs/protocol.md, QoS).
         self.link.publish(topic, self._seal(topic, items, to=to), qos=1 if to else 0)
 
     def _seal(self, topic: str, items: tuple[frames.Item, ...], to: str = "",
@@ -240,6 +246,12 @@ class Node:
 
     def missing_resources(self, key: str, refs: Iterable[str]) -> tuple[list[str], int, int]:
         return self.resources.missing(key, refs)
+
+    def note_unsafe(self, path: str, kind: str, reason: str) -> None:
+        """An entry below a root refused (never followed): counted, logged once, shown."""
+        if self.unsafe.note(path, kind, reason):
+            log.error("%s: %s (refused: syncd reads, serves and writes nothing through it; "
+                      "shown in status under unsafe_paths)", path, reason)
 
     def durable(self, key: str, file: str, size: int) -> None:
         self.telemetry.durable(key, file, size, time.time(), time.monotonic())
@@ -288,7 +300,10 @@ class Node:
         self._check_free_space()  # before the first peer's byte: a host may start on a full disk
         self._discover()
         if self.config.watch:
-            self._watcher.start()
+            self._watcher.start()  # says itself when it gets no inotify instance
+            w = self._watcher
+            for warning in shortfalls(oslimits.inotify_limits(), w.needed, w.unwatched):
+                log.warning("%s", warning)
         else:
             log.info("watch = false: changes are found by the stat sweep every %.2gs",
                      self.config.sweep_interval)
@@ -439,9 +454,11 @@ class Node:
             except KeyPathError as e:
                 self._refuse(key, e.reason)
                 return None
-            linked = linked_component(root.path, parts)
+            spot = root.spot_of(parts)
+            linked = tree.linked_component(spot)
             if linked is not None:
-                # A key must be a directory of its own under its root, not a way out of it.
+                # A key must be a directory of its own under its root, not a way out of it
+                # (and every open goes through its levels again: disk/tree.py).
                 self._refuse(key, f"{printable(str(linked))} is a symbolic link (not followed)")
                 return None
             if peer is not None and key not in self.keyspace:
@@ -456,8 +473,7 @@ class Node:
                     self.refused(peer, reason, f"new keys ({printable(key)}: {why})")
                     return None
                 self.made_by[key] = peer
-            folder = self.config.key_dir(key)
-            r = Replica(self, key, file, folder / file)
+            r = Replica(self, key, file, spot / file)
             self.replicas[(key, file)] = r
             self._by_path[str(r.path)] = r
             self.keyspace.add(key)
@@ -530,7 +546,7 @@ class Node:
 
     def _discover(self, force: bool = False) -> None:
         """Find new instances (the sweep calls this every second: directories that did not
-        change since the last scan are not listed again, see discovery.py)."""
+        change since the last scan are not listed again, see disk/discovery.py)."""
         scan = self._scanner.scan()
         self.skipped = scan.skipped
         for s in scan.skipped:
@@ -579,7 +595,13 @@ class Node:
         for depth in range(1, min(len(parts), MAX_DEPTH) + 1):
             if root.path.joinpath(*parts[:depth]) in self._scanner.leaves:
                 if depth == len(parts):  # an instance's directory itself (moved, deleted)
-                    self._hint_below(root.path.joinpath(*parts), gone)
+                    # Its own files, looked up by key: a standby that creates thousands of
+                    # instances hears of each directory, and scanning every replica for
+                    # each one stalled the loop for 20 s at 3000 keys.
+                    key = roots.key_of(root, parts)
+                    for file in self.config.files_of(key):
+                        if (r := self.replicas.get((key, file))) is not None:
+                            r.hint_local(replaced=gone)
                 else:
                     self.resources.hint(roots.key_of(root, parts[:depth]), path)
                 return  # inside an instance: resources/, workspace/, ... are no instances
@@ -612,7 +634,7 @@ class Node:
         """The safety net under the watcher: inotify can merge or drop events.
 
         Discovery looks at every directory above the instances on each sweep (one stat each,
-        see discovery.py). Files: with `watch = false` the sweep is all there is, and every
+        see disk/discovery.py). Files: with `watch = false` the sweep is all there is, and every
         file is stat'ed on each sweep; with the watcher on, each sweep stats the next
         SWEEP_FILES files only, so that thousands of idle files cost a bounded amount of CPU
         (a change the watcher missed is found within ceil(files / SWEEP_FILES) sweeps). Each
@@ -886,6 +908,7 @@ class Node:
                  extra={"peer": node})
         if online:
             self._positions.retain_everything()  # it has just read our retained positions
+            self._positions.announce_everything()  # ... not all of them, past a broker queue
         for each in self.replicas.values():
             each.deliver(PeerOnline(node, online))
         self.resources.presence(node, online)
@@ -919,8 +942,37 @@ class Node:
 
     # --- control socket ---------------------------------------------------------------------
 
-    def status(self) -> dict[str, Any]:
-        files = [r.status() for _, r in sorted(self.replicas.items())]
+    def limit_warnings(self) -> list[str]:
+        """The kernel's limits that the roots need more of (core/oslimits.py)."""
+        if not self.config.watch:
+            return []
+        w = self._watcher
+        found = shortfalls(oslimits.inotify_limits(), w.needed, w.unwatched)
+        return [*found, w.no_instance] if w.no_instance else found
+
+    def os_limits(self) -> dict[str, Any]:
+        """What status and the metrics show of the kernel's limits at scale (core/oslimits.py):
+        inotify's watches and instances, and this process's file descriptors."""
+        limits = oslimits.inotify_limits()
+        open_now, soft, hard = oslimits.open_files()
+        w = self._watcher
+        return {
+            "inotify": {
+                "enabled": self.config.watch and w.active,
+                "watches": w.watched,  # directories under watch
+                "watches_needed": w.needed if self.config.watch else 0,  # one per directory
+                "max_user_watches": limits.max_user_watches,
+                "max_user_instances": limits.max_user_instances,
+                "warnings": self.limit_warnings(),
+            },
+            "open_files": {"open": open_now, "limit": soft, "hard_limit": hard},
+        }
+
+    def status(self, wanted: Callable[[str], bool] | None = None) -> dict[str, Any]:
+        """The status document; with `wanted`, of the files of the keys it accepts only (each
+        file's status is the costly part: ~0.3 ms, a second at 3000 files)."""
+        files = [r.status() for (key, _), r in sorted(self.replicas.items())
+                 if wanted is None or wanted(key)]
         skipped = [s.to_json() for s in self.skipped]
         skipped += [{"key": printable(k), "path": None, "reason": why}
                     for k, why in sorted(self._refused.items())]
@@ -951,9 +1003,12 @@ class Node:
             "uptime_s": round(time.time() - self.started, 1),
             "files": files,
             "resources": self.resources.status(),
+            # Entries below the roots refused as links, devices, ... (syncd/core/unsafe.py).
+            "unsafe_paths": self.unsafe.status(),
             # Directories that would be instances but cannot be replicated: `syncd status`
             # shows each as state "error" with its reason.
             "skipped": skipped,
+            **self.os_limits(),
         }
 
 
@@ -971,6 +1026,16 @@ class Node:
             "held": self.holdings.status(),
             "max_peer_bytes": lim.max_peer_bytes,
         }
+
+
+def watch_depth(config: Config) -> int:
+    """Levels below a watched directory worth a watch: a glob's levels down to its roots,
+    the instances (MAX_DEPTH), resources/ and as deep as its scans go ([resources]
+    max_depth). Deeper, nothing is replicated: a bot-made tree costs no watches there."""
+    rules = [config.resources, *(k.resources for k in config.keys.values())]
+    walk = max((r.max_depth for r in rules if r is not None), default=0)
+    roots = max((1 + len(s.tail) for s in config.roots.specs if s.is_glob), default=0)
+    return roots + MAX_DEPTH + 1 + walk
 
 
 def _same_file(a: str | Path, b: str | Path) -> bool:

@@ -1,4 +1,4 @@
-"""One replicated file on this host: the shell around its machine (`machine.py`).
+"""One replicated file on this host: the shell around its machine (`core/machine.py`).
 
 The machine decides; this module does the I/O it asks for and nothing else. One asyncio task
 per file takes one event at a time: it reads what the machine's plan names (stat and bytes,
@@ -71,11 +71,13 @@ from syncd.core.machine import (
     Mode,
     Tuning,
 )
+from syncd.core.names import printable
 from syncd.core.readiness import MISSING_SHOWN, Facts, PeerFacts, decide
 from syncd.core.records import Stat
+from syncd.core.spot import Spot
 from syncd.daemon import logs
 from syncd.daemon.logfollow import IncrementalVerifier
-from syncd.disk import groupsync, store
+from syncd.disk import groupsync, store, tree
 from syncd.disk.archive import archive_copy
 from syncd.disk.groupsync import GroupSync
 from syncd.disk.persist import RecordStore
@@ -111,6 +113,8 @@ class Host(Protocol):
 
     def durable(self, key: str, file: str, size: int) -> None: ...
 
+    def note_unsafe(self, path: str, kind: str, reason: str) -> None: ...
+
     def flush(self) -> None:
         """Send every item queued so far now, not at the end of this loop turn."""
 
@@ -125,15 +129,18 @@ class Host(Protocol):
 
 
 class Replica:
-    def __init__(self, host: Host, key: str, file: str, path: Path) -> None:
+    def __init__(self, host: Host, key: str, file: str, spot: Spot) -> None:
         self.host = host
         self.key = key
         self.file = file
-        self.path = path
-        self._fspath = os.fspath(path)
+        # Every read and write goes through `spot` (from the root, one directory at a time,
+        # no link followed: disk/tree.py); the path is for messages and for stat hints.
+        self.spot = spot
+        self.path = spot.path
+        self._fspath = os.fspath(self.path)
         self.machine = Machine(host.node, key, file, host.role_of(key), host.tuning(),
                                online=host.presence)
-        self.verifier = IncrementalVerifier(path, host.records.folder(key) / f"{file}.verify")
+        self.verifier = IncrementalVerifier(spot, host.records.folder(key) / f"{file}.verify")
         self.loaded = asyncio.Event()  # set once the start-up check is done (even if it failed)
         self._inbox: deque[Event] = deque()
         # id(event) -> (peer, bytes) of queued peers' events, taken from host.holdings
@@ -342,10 +349,11 @@ class Replica:
             if plan.empty:
                 st, line_end = None, None  # a decision that needs no file
             elif not plan.ranges and plan.line_end_from is None:
-                st, line_end = store.stat(self.path), None
+                st, line_end = store.stat(self.spot), None
             else:
-                st, reads, line_end = store.snapshot(self.path, plan.ranges, plan.line_end_from)
+                st, reads, line_end = store.snapshot(self.spot, plan.ranges, plan.line_end_from)
         except OSError as e:
+            self._unsafe(e)
             effects = m.handle(IoFailed(event, e.strerror or str(e)), EMPTY, loop.time(),
                                time.time())
         else:
@@ -397,7 +405,7 @@ class Replica:
                     await self._handle(await self._archive(manifest))
                 case FindLine(peer=peer, offset=offset):
                     try:
-                        line = await asyncio.to_thread(store.line_number, self.path, offset)
+                        line = await asyncio.to_thread(store.line_number, self.spot, offset)
                     except OSError as err:
                         log.warning("%s: cannot count lines: %s", self.name, err)
                         continue
@@ -425,15 +433,16 @@ class Replica:
         why = self.host.growth_problem(self.key)
         if why is not None:
             return AppendFailed("full", f"not written: {why}")
-        if e.inode is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            st = store.append_at(self.path, e.offset, e.data, e.inode)
+            if e.inode is None:
+                os.close(tree.open_dir(self.spot.parent, create_from=0))
+            st = store.append_at(self.spot, e.offset, e.data, e.inode)
         except FileReplaced as err:
             return AppendFailed("replaced", str(err))
         except ConcurrentWrite as err:
             return AppendFailed("concurrent", str(err))
         except OSError as err:
+            self._unsafe(err)
             kind = "full" if err.errno in (errno.ENOSPC, errno.EDQUOT) else "error"
             return AppendFailed(kind, f"cannot write {self.path}: {err.strerror or err}")
         self._own = st
@@ -464,10 +473,11 @@ class Replica:
     async def _rehash(self, e: Rehash) -> None:
         try:
             ledger: Ledger | None = await asyncio.to_thread(
-                store.hash_file, self.path, None, e.whole_lines, e.hold)
+                store.hash_file, self.spot, None, e.whole_lines, e.hold)
         except FileNotFoundError:
             ledger = None
         except OSError as err:
+            self._unsafe(err)
             await self._perform(self.machine.handle(
                 IoFailed(e, err.strerror or str(err)), EMPTY, asyncio.get_running_loop().time(),
                 time.time()))
@@ -477,11 +487,18 @@ class Replica:
     async def _archive(self, manifest: dict[str, object]) -> Event:
         try:
             dest = await asyncio.to_thread(archive_copy, self.host.state_dir, self.host.node,
-                                           self.key, self.file, self.path, manifest)
+                                           self.key, self.file, self.spot, manifest)
         except OSError as err:
+            self._unsafe(err)
             return ArchiveFailed(err.strerror or str(err))
         self.host.records.forget_chain(self.key, self.file)
         return Archived(str(dest))
+
+    def _unsafe(self, err: OSError) -> None:
+        """A link or a special file where the log or its directories should be: counted and
+        shown with the others (the machine says what it means for the file)."""
+        if isinstance(err, store.NotRegularFile):
+            self.host.note_unsafe(printable(err.where), err.kind, err.strerror or str(err))
 
     def _persist(self, e: Persist) -> None:
         records = self.host.records

@@ -35,7 +35,9 @@ from syncd.core.resources import (
     entry_cost,
 )
 from syncd.core.roots import KeyPathError
+from syncd.core.spot import Spot
 from syncd.daemon.resourcefiles import ResourceFiles, ResourceHost
+from syncd.disk import tree
 from syncd.disk.persist import RecordStore
 
 log = logging.getLogger("syncd.resources")
@@ -102,10 +104,10 @@ class ResourceHub:
         if not config.wants_key(key) or rules is None:
             return None
         try:
-            folder = config.key_dir(key) / "resources"
+            folder = config.key_spot(key) / "resources"
         except KeyPathError:
             return None  # the log's replica says why
-        if if_present and not folder.is_dir():
+        if if_present and not _present(folder):
             return None
         writers = config.keys[key].writers if key in config.keys else None
         bounds = PeerBounds(self.host.holdings, config.limits.max_resource_files,
@@ -281,6 +283,15 @@ class ResourceHub:
 
     def conflict_count(self) -> int:
         return sum(len(r.machine.conflicts()) for r in self.files.values())
+
+
+def _present(folder: Spot) -> bool:
+    """Whether resources/ exists, as anything: a link or a file there is shown by its scan.
+    (A link above it, the instance directory itself, is the log's replica's to refuse.)"""
+    try:
+        return tree.lstat(folder) is not None
+    except OSError:
+        return False
 
 
 def describe(names: list[str]) -> str:

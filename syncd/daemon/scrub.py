@@ -10,25 +10,25 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Protocol
 
 from syncd.config import Config
 from syncd.core.ledger import Ledger
+from syncd.core.spot import Spot
 from syncd.disk import store
 
 log = logging.getLogger("syncd.scrub")
 STEP = 1 << 20
 
 
-def _read_into(ledger: Ledger, path: Path, offset: int, n: int) -> int:
+def _read_into(ledger: Ledger, path: store.Where, offset: int, n: int) -> int:
     # Read and hash in the worker thread: the event loop keeps its millisecond latency.
     data = store.read_range(path, offset, offset + n)
     ledger.extend(data)
     return len(data)
 
 
-async def scrub_file(path: Path, ledger: Ledger, rate: int) -> bool:
+async def scrub_file(path: store.Where, ledger: Ledger, rate: int) -> bool:
     """True if the first ledger.size bytes on disk still match the ledger.
 
     Size and digest are taken at the start: the ledger may grow meanwhile, but the digest of a
@@ -53,7 +53,7 @@ async def scrub_file(path: Path, ledger: Ledger, rate: int) -> bool:
 class Scrubbed(Protocol):
     """One replicated file, as the scrub sees it (daemon/replica.py)."""
 
-    path: Path
+    spot: Spot
 
     @property
     def name(self) -> str: ...
@@ -81,7 +81,7 @@ async def scrub_forever(node: ScrubHost) -> None:
             if ledger is None or ledger.size == 0:
                 continue
             try:
-                ok = await scrub_file(replica.path, ledger, rate)
+                ok = await scrub_file(replica.spot, ledger, rate)
             except OSError as e:
                 log.debug("scrub of %s skipped: %s", replica.name, e)
                 continue

@@ -3,15 +3,17 @@
     <state_dir>/archive/<key>/<UTC time>-<file>                 the copy, bit for bit
     <state_dir>/archive/<key>/<UTC time>-<file>.manifest.json   node, key, size, sha256, ...
 
-`<key>` is the key percent-encoded into one directory name (statepath.py):
+`<key>` is the key percent-encoded into one directory name (core/statepath.py):
 `archive/onebot_123%2Fgroup_456/`; a flat key such as `bot-1` is its own encoding.
 
 Names are never reused (a numeric suffix is added), and the copy is linked or written with
 O_EXCL, so an existing archive can never be overwritten.
 
-The losing copy is opened once, through `store.open_file` (no symbolic link followed, regular
-files only), and everything after that goes through that descriptor: the hard link is made
-from it (/proc/self/fd), a copy across filesystems reads it, the manifest's digest hashes it.
+The losing copy is opened once, from its root one directory at a time (tree.py: no symbolic
+link followed, regular files only), and everything after that goes through that descriptor
+and its directory's: the hard link is made from it (/proc/self/fd), a copy across filesystems
+reads it, the manifest's digest hashes it, the name is unlinked and the directory synced
+through the directory's descriptor.
 A copy replaced by a link to a secret elsewhere is refused, and nothing of the link's target
 reaches the archive (which the daemon's group may read).
 """
@@ -29,32 +31,41 @@ from typing import Any
 import orjson
 
 from syncd.core import statepath
-from syncd.disk import store
+from syncd.core.spot import Spot
+from syncd.disk import store, tree
 
 
 class ArchiveChanged(store.NotRegularFile):
     """The name stopped naming the file we archived while we archived it (nothing removed)."""
 
 
-def archive_copy(state_dir: Path, node: str, key: str, file: str, path: Path,
+def archive_copy(state_dir: Path, node: str, key: str, file: str, where: store.Where,
                  manifest: dict[str, Any]) -> Path:
-    """Move `path` (if it exists) into the archive with a manifest; return the archive path.
+    """Move the file at `where` (if it exists) into the archive with a manifest; return the
+    archive path.
 
-    Raises store.NotRegularFile, before anything is written, when `path` is a symbolic link or
-    not a regular file."""
+    Raises store.NotRegularFile, before anything is written, when it is a symbolic link, not
+    a regular file, or reached through a directory that is a link (a Spot: every level)."""
+    spot = where if isinstance(where, Spot) else Spot(where.parent.parent,
+                                                      (where.parent.name, where.name))
+    folder = tree.open_dir(spot.parent)
     try:
-        src: int | None = store.open_file(path)
-    except FileNotFoundError:
-        src = None
-    try:
-        return _archive(state_dir, node, key, file, path, src, manifest)
+        try:
+            src: int | None = tree.open_in(folder, spot.name, where=spot.path)
+        except FileNotFoundError:
+            src = None
+        try:
+            return _archive(state_dir, node, key, file, spot, folder, src, manifest)
+        finally:
+            if src is not None:
+                os.close(src)
     finally:
-        if src is not None:
-            os.close(src)
+        os.close(folder)
 
 
-def _archive(state_dir: Path, node: str, key: str, file: str, path: Path, src: int | None,
-             manifest: dict[str, Any]) -> Path:
+def _archive(state_dir: Path, node: str, key: str, file: str, spot: Spot, folder_fd: int,
+             src: int | None, manifest: dict[str, Any]) -> Path:
+    path = spot.path
     folder = statepath.key_dir(state_dir / "archive", key)
     folder.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
@@ -88,8 +99,8 @@ def _archive(state_dir: Path, node: str, key: str, file: str, path: Path, src: i
         os.fsync(f.fileno())
     store.sync_dir(folder)
     if src is not None:
-        _remove_name(path, src)
-    store.sync_dir(path.parent)
+        _remove_name(folder_fd, spot, src)
+    os.fsync(folder_fd)
     return dest
 
 
@@ -132,10 +143,12 @@ def _copy(src: int, dest: Path) -> None:
     os.close(out)
 
 
-def _remove_name(path: Path, src: int) -> None:
-    """Unlink `path` if it still names the file we archived (else leave it, and say so)."""
-    here, ours = os.lstat(path), os.fstat(src)
+def _remove_name(folder_fd: int, spot: Spot, src: int) -> None:
+    """Unlink the name if it still names the file we archived (else leave it, and say so),
+    in the directory checked when the file was opened, never by a path again."""
+    here = os.stat(spot.name, dir_fd=folder_fd, follow_symlinks=False)
+    ours = os.fstat(src)
     if (here.st_dev, here.st_ino) != (ours.st_dev, ours.st_ino):
-        raise ArchiveChanged(errno.EAGAIN, f"{path} was replaced while it was being archived; "
-                             "it was left in place", str(path))
-    path.unlink()
+        raise ArchiveChanged(errno.EAGAIN, f"{spot} was replaced while it was being archived; "
+                             "it was left in place", str(spot), tree.LINK)
+    os.unlink(spot.name, dir_fd=folder_fd)

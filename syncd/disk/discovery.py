@@ -1,7 +1,7 @@
 """Finding instances: directories below a runtimes root that hold a configured file.
 
 An instance is a directory from 1 to MAX_DEPTH levels below its root that holds (an entry
-named like) one of its configured files; its key is its path below the root (see roots.py).
+named like) one of its configured files; its key is its path below the root (see core/roots.py).
 What is inside an instance (`resources/`, `workspace/`, any directory below it) is never an
 instance, and never listed. A directory without such a file is looked into, down to
 MAX_DEPTH: `onebot_123/` holds the instances `onebot_123/group_456`, ...
@@ -30,6 +30,8 @@ from typing import Any
 
 from syncd.core.names import part_problem, printable
 from syncd.core.roots import MAX_DEPTH, Layout, Root
+from syncd.core.spot import Spot
+from syncd.disk import tree
 
 RACY_NS = 2_000_000_000
 
@@ -124,7 +126,7 @@ class Scanner:
         roots = self.layout.fixed_roots()
         taken = {r.name: r.path for r in roots}
         for spec in self.layout.globs():
-            listing = self._list(walk, spec.base)
+            listing = self._list(walk, spec.base, Spot(spec.base))
             if isinstance(listing, str):
                 walk.skipped.append(Skipped(spec.base, "", f"cannot list {spec.base} "
                                             f"(for {spec.pattern}): {listing}"))
@@ -153,7 +155,7 @@ class Scanner:
                                                 f"taken by {taken[name]}"))
                 else:
                     taken[name] = path
-                    roots.append(Root(name, path))
+                    roots.append(Root(name, path, spec.base))
         return roots
 
     def _visit(self, walk: _Walk, root: Root, folder: Path, parts: tuple[str, ...],
@@ -163,7 +165,7 @@ class Scanner:
         if folder in self.leaves:
             self._leaf(walk, folder, key, depth, problem)
             return
-        listing = self._list(walk, folder)
+        listing = self._list(walk, folder, root.spot_of(parts))
         if listing is None:
             return
         if isinstance(listing, str):
@@ -205,9 +207,11 @@ class Scanner:
         else:
             walk.found.append(Instance(key, folder))
 
-    def _list(self, walk: _Walk, folder: Path) -> _Listing | str | None:
+    def _list(self, walk: _Walk, folder: Path, spot: Spot) -> _Listing | str | None:
         """The folder's listing (cached while its mtime holds); a reason when it cannot be
-        listed; None when it is gone."""
+        listed; None when it is gone. Listed through a descriptor reached from the root one
+        level at a time (tree.py): a level swapped for a link is refused, not listed. (The
+        stat by name only decides whether to list again.)"""
         try:
             mtime = os.stat(folder).st_mtime_ns
             cached = self._cache.get(folder)
@@ -216,16 +220,23 @@ class Scanner:
                 return cached
             walk.changed = True
             marks, dirs, links = set(), [], []
-            with os.scandir(folder) as entries:
-                for entry in entries:
-                    if entry.name in self.names:
-                        marks.add(entry.name)
-                    elif entry.is_dir(follow_symlinks=False):
-                        dirs.append(entry.name)
-                    elif entry.is_symlink() and entry.is_dir():
-                        links.append(entry.name)
+            fd = tree.open_dir(spot)
+            try:
+                mtime = os.fstat(fd).st_mtime_ns  # of what is listed
+                with os.scandir(fd) as entries:
+                    for entry in entries:
+                        if entry.name in self.names:
+                            marks.add(entry.name)
+                        elif entry.is_dir(follow_symlinks=False):
+                            dirs.append(entry.name)
+                        elif entry.is_symlink() and entry.is_dir():
+                            links.append(entry.name)
+            finally:
+                os.close(fd)
         except FileNotFoundError:
             return None
+        except tree.NotRegularFile as e:
+            return "a symbolic link: not followed" if e.kind == tree.LINK else e.strerror
         except OSError as e:
             return e.strerror or str(e)
         racy = time.time_ns() - mtime < RACY_NS
@@ -250,13 +261,3 @@ def root_problems(layout: Layout, who: str) -> list[tuple[str, str]]:
             found.append((where, f"{d} is not readable {'and writable ' * (not spec.is_glob)}"
                                  f"by {who}"))
     return found
-
-
-def linked_component(root: Path, parts: tuple[str, ...]) -> Path | None:
-    """The first of root/parts[0], root/parts[0]/parts[1], ... that is a symbolic link."""
-    path = root
-    for part in parts:
-        path = path / part
-        if path.is_symlink():
-            return path
-    return None

@@ -1,6 +1,6 @@
 """This host's run counter (`epoch`): persisted in state_dir, increased at every start.
 
-Peers order this host's sessions by it (freshness.py), so it must never go backwards: it is
+Peers order this host's sessions by it (core/freshness.py), so it must never go backwards: it is
 written durably before anything is sent. It is also at least the current Unix time in
 seconds, so that a host whose state_dir was lost (rebuilt from scratch) still starts a run
 newer than the ones its peers remember, as long as its clock is not behind; a clock that was

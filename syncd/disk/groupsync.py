@@ -5,7 +5,7 @@ their own and queue up behind one another. Files that wait at the same moment ar
 together instead: one syncfs() per filesystem (Linux), which makes every one of them durable.
 A lone file gets its plain fdatasync.
 
-How long syncs take decides where they run: on the event loop (replica.py) only while the
+How long syncs take decides where they run: on the event loop (daemon/replica.py) only while the
 disk is fast, since an inline fdatasync stalls the loop (the MQTT reader included) while it
 waits. Every sync of one file is timed, inline or in the thread, so the choice follows the
 disk both ways.

@@ -5,9 +5,9 @@
     <file>.chain   the ledger's chain values, 32 bytes each; only ever appended to, except
                    when the ledger is rebuilt after a detected edit
 
-    <file>.verify  the incremental log check's state (readiness.py)
+    <file>.verify  the incremental log check's state (daemon/logfollow.py)
 
-The key is percent-encoded into a directory name (statepath.py): a nested key such as
+The key is percent-encoded into a directory name (core/statepath.py): a nested key such as
 `onebot_123/group_456` is one directory, `onebot_123%2Fgroup_456`, and a key of the old flat
 form (`bot-1`) is its own encoding, so records written before nesting existed still load.
 

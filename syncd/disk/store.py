@@ -2,85 +2,64 @@
 
 Files are opened per operation (a host may carry thousands of keys; holding descriptors would
 exhaust the limit, and a fresh open always sees the current inode). Every open goes through
-`open_file`: no symbolic link is followed (neither the file nor its key directory may be one)
-and only a regular file is accepted, so a copy replaced by a link to a secret elsewhere, or by
-a FIFO, is refused with an error that says so, never read, shipped or appended to.
+`open_file`: a file below a runtimes root is a Spot, reached from its root one directory at a
+time with no symbolic link followed (tree.py), and only a regular file is accepted, so a copy
+replaced by a link to a secret elsewhere, or by a FIFO, or reached through a directory swapped
+for a link, is refused with an error that says so, never read, shipped or appended to.
 """
 
 from __future__ import annotations
 
 import errno
 import os
-import stat as stat_mode
 from collections.abc import Iterator
 from pathlib import Path
 
-from syncd.core.errors import ConcurrentWrite, FileReplaced, FileShrank, SyncdError
+from syncd.core.errors import ConcurrentWrite, FileReplaced, FileShrank
 from syncd.core.ledger import BLOCK, Ledger
 from syncd.core.records import Stat, line_around  # noqa: F401  (re-exported)
+from syncd.core.spot import Spot
+from syncd.disk import tree
+from syncd.disk.tree import NotRegularFile as NotRegularFile  # re-exported
 
 READ_CHUNK = 1 << 20
-_KINDS = {stat_mode.S_IFDIR: "a directory", stat_mode.S_IFIFO: "a FIFO",
-          stat_mode.S_IFSOCK: "a socket", stat_mode.S_IFCHR: "a character device",
-          stat_mode.S_IFBLK: "a block device"}
+Where = Spot | Path  # a Spot below a runtimes root; a plain Path elsewhere (see open_file)
 
 
-class NotRegularFile(SyncdError, OSError):
-    """The path is a symbolic link (or lies in a directory that is one), or is no regular file:
-    syncd neither reads nor writes it. An OSError (ELOOP, or EINVAL for other kinds), so every
-    caller that reports I/O errors reports this one too; `strerror` is the whole explanation."""
-
-
-def open_file(path: Path, flags: int = os.O_RDONLY, mode: int = 0o666, *,
+def open_file(where: Where, flags: int = os.O_RDONLY, mode: int = 0o666, *,
               key_dir: bool = True) -> int:
-    """A descriptor on `path`, which must be a regular file reached through no symbolic link:
-    neither `path` nor, with `key_dir`, its parent directory may be a link. Raises
+    """A descriptor on the regular file at `where`, reached through no symbolic link.
+
+    A Spot (every file below a runtimes root) is opened from its trusted top one component
+    at a time (tree.open_file). A plain Path (a file the operator named, outside the roots)
+    only guards its last component and, with `key_dir`, its parent directory. Raises
     NotRegularFile otherwise (FileNotFoundError when absent). The checks are made on the
     descriptor returned, so a name swapped for a link afterwards changes nothing."""
-    flags |= os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # a FIFO must not block the open
-    parent = None
-    if key_dir:
-        try:
-            parent = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
-                             | os.O_CLOEXEC)
-        except OSError as e:
-            if e.errno in (errno.ELOOP, errno.ENOTDIR):
-                raise NotRegularFile(errno.ELOOP, f"{path.parent} is a symbolic link or not a "
-                                     "directory; syncd follows no symbolic links",
-                                     str(path.parent)) from None
-            raise
+    if isinstance(where, Spot):
+        return tree.open_file(where, flags, mode)
+    if not key_dir:
+        return tree.open_in(None, os.fspath(where), flags, mode, where=where)
     try:
-        fd = os.open(path.name if parent is not None else path, flags, mode, dir_fd=parent)
+        parent = os.open(where.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+                         | os.O_CLOEXEC)
     except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise NotRegularFile(errno.ELOOP, f"{path} is a symbolic link; syncd follows no "
-                                 "symbolic links (nothing read or written)", str(path)) from None
-        if e.errno == errno.ENXIO:  # a FIFO without a reader, opened for writing
-            raise NotRegularFile(errno.EINVAL, f"{path} is a FIFO, not a regular file",
-                                 str(path)) from None
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise NotRegularFile(errno.ELOOP, f"{where.parent} is a symbolic link or not a "
+                                 "directory; syncd follows no symbolic links",
+                                 str(where.parent), tree.LINK) from None
         raise
-    finally:
-        if parent is not None:
-            os.close(parent)
     try:
-        kind = stat_mode.S_IFMT(os.fstat(fd).st_mode)
-        if kind != stat_mode.S_IFREG:
-            raise NotRegularFile(errno.EINVAL, f"{path} is {_KINDS.get(kind, 'not a file')}, "
-                                 "not a regular file; syncd reads and writes regular files only",
-                                 str(path))
-        os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+        return tree.open_in(parent, where.name, flags, mode, where=where)
+    finally:
+        os.close(parent)
 
 
 class _Reader:
     """A read-only descriptor on a regular file reached through no symbolic link: a replicated
     file that is a link (to /etc/shadow, say) is refused, not shipped."""
 
-    def __init__(self, path: Path) -> None:
-        self.fd = open_file(path)
+    def __init__(self, where: Where) -> None:
+        self.fd = open_file(where)
 
     def __enter__(self) -> int:
         return self.fd
@@ -89,16 +68,18 @@ class _Reader:
         os.close(self.fd)
 
 
-def stat(path: Path) -> Stat | None:
+def stat(where: Where) -> Stat | None:
     """The file's stat; a symbolic link is not followed (and so is refused when opened)."""
     try:
-        st = os.lstat(path)
+        st = tree.lstat(where) if isinstance(where, Spot) else os.lstat(where)
     except FileNotFoundError:
+        return None
+    if st is None:
         return None
     return Stat(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def read_range(path: Path, start: int, end: int) -> bytes:
+def read_range(path: Where, start: int, end: int) -> bytes:
     """Bytes [start, end) of the file; shorter if the file is shorter."""
     if end <= start:
         return b""
@@ -106,7 +87,7 @@ def read_range(path: Path, start: int, end: int) -> bytes:
         return os.pread(fd, end - start, start)
 
 
-def last_line_end(path: Path, start: int, end: int) -> int:
+def last_line_end(path: Where, start: int, end: int) -> int:
     """Offset just past the last '\\n' in [start, end), or `start` when there is none.
 
     Searches backwards so that a large backlog costs one read in the common case.
@@ -127,7 +108,7 @@ def _last_line_end(fd: int, start: int, end: int) -> int:
     return start
 
 
-def snapshot(path: Path, ranges: tuple[tuple[int, int], ...], line_end_from: int | None
+def snapshot(path: Where, ranges: tuple[tuple[int, int], ...], line_end_from: int | None
              ) -> tuple[Stat | None, dict[tuple[int, int], bytes], int | None]:
     """The file's stat, the bytes of each range (shorter where the file is shorter) and,
     when asked, the end of its last whole line past `line_end_from`: all through one
@@ -161,7 +142,7 @@ def _line_end_from_reads(reads: dict[tuple[int, int], bytes], start: int,
     return None
 
 
-def append_at(path: Path, offset: int, data: bytes, inode: tuple[int, int] | None) -> Stat:
+def append_at(path: Where, offset: int, data: bytes, inode: tuple[int, int] | None) -> Stat:
     """Append `data` at `offset` to the file whose (dev, ino) is `inode`; with inode None,
     create the file, which must not exist yet. Not made durable (the caller syncs once for a
     batch). Raises FileReplaced when the name now holds another file, ConcurrentWrite when
@@ -214,7 +195,7 @@ def _undo_partial_append(fd: int, offset: int, written: int) -> None:
         os.ftruncate(fd, offset)
 
 
-def sync(path: Path) -> None:
+def sync(path: Where) -> None:
     """fsync a file we only read (the local writer's bytes) before announcing them."""
     try:
         fd = open_file(path)
@@ -226,7 +207,10 @@ def sync(path: Path) -> None:
         os.close(fd)
 
 
-def sync_dir(path: Path) -> None:
+def sync_dir(path: Where) -> None:
+    if isinstance(path, Spot):
+        tree.sync_dir(path)
+        return
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.fsync(fd)
@@ -234,7 +218,7 @@ def sync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def chunks(path: Path, start: int, end: int) -> Iterator[bytes]:
+def chunks(path: Where, start: int, end: int) -> Iterator[bytes]:
     """The bytes [start, end) in reads of at most READ_CHUNK (fewer if the file is shorter)."""
     with _Reader(path) as fd:
         pos = start
@@ -246,13 +230,16 @@ def chunks(path: Path, start: int, end: int) -> Iterator[bytes]:
             pos += len(chunk)
 
 
-def hash_file(path: Path, limit: int | None = None, whole_lines: bool = True,
+def hash_file(path: Where, limit: int | None = None, whole_lines: bool = True,
               hold: int = 0) -> Ledger:
     """A ledger of the file's bytes up to `limit` (or its end); by default only whole lines,
     but never fewer than `hold` bytes (bytes already recorded as held are ours, mid-line or
     not)."""
     ledger = Ledger()
-    size = os.lstat(path).st_size
+    st = stat(path)
+    if st is None:
+        raise FileNotFoundError(errno.ENOENT, "no such file", str(path))
+    size = st.size
     end = size if limit is None else limit
     if whole_lines:
         end = max(last_line_end(path, 0, end), min(hold, size))
@@ -261,7 +248,7 @@ def hash_file(path: Path, limit: int | None = None, whole_lines: bool = True,
     return ledger
 
 
-def partial_block(path: Path, offset: int) -> bytes:
+def partial_block(path: Where, offset: int) -> bytes:
     """The bytes [block_start(offset), offset): what Ledger.digest_at needs."""
     start = offset - offset % BLOCK
     data = read_range(path, start, offset)
@@ -270,6 +257,6 @@ def partial_block(path: Path, offset: int) -> bytes:
     return data
 
 
-def line_number(path: Path, offset: int) -> int:
+def line_number(path: Where, offset: int) -> int:
     """1-based number of the line that holds byte `offset`."""
     return 1 + sum(chunk.count(b"\n") for chunk in chunks(path, 0, offset))

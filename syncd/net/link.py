@@ -4,7 +4,7 @@ Contract (what happens when the broker goes away):
 - `run()` connects, subscribes, and calls `on_connected` each time a connection is made, then
   hands every message to `on_message`. When the connection drops, or cannot be made, it moves
   to the next broker of `[mqtt] brokers` and retries forever, backing off with full jitter
-  after each round in which every broker failed (the policy is brokers.py's), logging once per
+  after each round in which every broker failed (the policy is core/brokers.py's), logging once per
   change of state of each broker, not once per attempt.
 - `publish()` never blocks and never raises: while disconnected, or while more than
   `[mqtt] max_queued_bytes` wait to be written and acknowledged, it drops the message and
@@ -12,7 +12,7 @@ Contract (what happens when the broker goes away):
   re-announced on every connect, and missing bytes are requested again (anti-entropy).
 - Sessions are clean: the broker keeps nothing for us between connections, so nothing stale
   is replayed and a broker restart without persistence loses nothing we need.
-- QoS 1, but for live batches (node.py says why); the will marks this node offline when the
+- QoS 1, but for live batches (daemon/node.py says why); the will marks this node offline when the
   connection dies uncleanly.
 
 It drives paho-mqtt's client from the event loop itself (`Session`): the socket's reader and
@@ -329,7 +329,8 @@ class Link:
         self._session: Session | None = None
         self.connected = asyncio.Event()
         self.reconnects = 0
-        self.conn = 0  # counts this run's connections: presence is ordered by it (freshness.py)
+        # Counts this run's connections: presence is ordered by it (core/freshness.py).
+        self.conn = 0
         m = config.mqtt
         self._rotation = Rotation(m.endpoints, m.reconnect_min, m.reconnect_max)
         self.switches = 0  # connections made to another broker than the one before
@@ -368,7 +369,7 @@ class Link:
             conn = self.conn
             broker = self._rotation.current
             # The will describes the end of connection `conn`: it supersedes that
-            # connection's online presence, and nothing later (freshness.py).
+            # connection's online presence, and nothing later (core/freshness.py).
             will = (self._presence_topic, self._seal(self._presence_topic, False, conn))
             session = Session(self._config, broker, will, self._handle, m.max_queued_bytes)
             self._held = []

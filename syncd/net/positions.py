@@ -1,4 +1,4 @@
-"""How this host's position announcements leave (the event loop's side of retained.py).
+"""How this host's position announcements leave (the event loop's side of core/retained.py).
 
 Every announcement goes to the peers online in the batch for everyone (`P/a/<node>`). Routine
 ones are not on the data path: held POSITION_TICK, one frame (one signature, one verification
@@ -55,6 +55,19 @@ class PositionSender:
         """A peer has just come online (and read our retained positions): every one held
         back goes now."""
         self._retain_due(everything=True)
+
+    def announce_everything(self) -> None:
+        """A peer has just come online: every file's newest position goes in the batch too.
+        The broker hands it our retained ones, one MQTT message per file, and drops those
+        past its queue (Mosquitto: max_queued_messages, 1000 by default): a new host would
+        never hear of the idle files past it. The batch carries hundreds per message. (An
+        answer to an adopting peer is not repeated: it was meant for that moment.)"""
+        for (key, file), ann in self._pacer.latest():
+            if not ann.answers and (key, file) not in self._held:
+                self._held[(key, file)] = frames.Item(Kind.POS, ann, key, file)
+        if self._held and self._held_timer is None:
+            self._held_timer = asyncio.get_running_loop().call_later(
+                POSITION_TICK, self._release_held)
 
     def forget(self) -> None:
         """A new broker connection (it may have lost our retained positions): every file's

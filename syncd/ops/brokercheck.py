@@ -10,7 +10,8 @@ probe topics of this node's own, and reads it back:
 2. subscribe to what the daemon subscribes to (a refused subscription is named);
 3. publish a small live probe and read it back (lost: the ACL drops our publishes or reads);
 4. publish one probe as large as syncd's largest frame (lost or disconnected: packet limit);
-5. publish a retained probe, subscribe afresh and expect it back as retained, then clear it.
+5. publish a retained probe, subscribe afresh through a wildcard filter (as syncd reads
+   presence and positions) and expect it back as retained, then clear it.
 
 The probes live deeper than any syncd topic (`P/a/<node>/syncd-check/<nonce>/…`), so no
 daemon subscribes to them and nothing shows in any host's status; the shipped ACL's
@@ -154,14 +155,31 @@ async def check(config: Config, wait: float = 5.0, endpoint: Broker | None = Non
                 f"syncd's largest frame; raise max_packet_size (Mosquitto) above "
                 f"{size + 8192} or lower chunk_bytes"))
         passed.append(f"largest frame ({size} bytes) accepted")
+        # Read back through a wildcard filter, as syncd reads presence and positions
+        # (P/n/+, P/p/<peer>/+/+): a broker may keep retained messages and hand them only to
+        # a subscription naming the exact topic (RabbitMQ's MQTT plugin does), which would
+        # leave every host blind to its peers' state while this check passed.
+        wildcard = base % "p" + "/+"
+        exact: bytes | None = None
         try:
             await client.publish(retained_topic, b"syncd-check", qos=1, retain=True,
                                  timeout=wait)
-            await client.subscribe(retained_topic, qos=1)
+            await client.subscribe(wildcard, qos=1)
             kept = await _receive(client, retained_topic, wait, retained=True)
+            if kept is None:
+                await client.unsubscribe(wildcard)
+                await client.subscribe(retained_topic, qos=1)
+                exact = await _receive(client, retained_topic, wait, retained=True)
             await client.publish(retained_topic, b"", qos=1, retain=True, timeout=wait)
         except aiomqtt.MqttError:
             kept = None  # Mosquitto with retain_available false drops the connection
+        if kept is None and exact is not None:
+            raise BrokerProblem("retained", (
+                f"a retained probe on {retained_topic} was kept, but the broker sent it only "
+                f"to a subscription naming that topic, not to {wildcard}: syncd reads presence "
+                "and positions through wildcard filters, so no host would learn its peers' "
+                "state (RabbitMQ's MQTT plugin behaves so): this broker cannot carry syncd "
+                "(docs/brokers.md)"))
         if kept is None:
             raise BrokerProblem("retained", (
                 f"a retained probe on {retained_topic} was not kept: syncd needs retained "

@@ -16,6 +16,11 @@ class ControlError(SyncdError):
     """The daemon could not be asked (not running, wrong state_dir, permissions)."""
 
 
+class Unreachable(ControlError):
+    """Nothing answers at the socket (not running, starting, restarting) or the answer did
+    not come in time: asking again later may work, unlike a refusal or a bad reply."""
+
+
 def query(socket_path: Path, cmd: str, timeout: float = 10.0, **args: Any) -> dict[str, Any]:
     """Send one command and return its final reply (progress lines are skipped)."""
     replies = list(stream(socket_path, cmd, timeout, **args))
@@ -41,10 +46,13 @@ def stream(socket_path: Path, cmd: str, timeout: float = 10.0,
             if buf.strip():
                 yield _parse(buf)
     except FileNotFoundError:
-        raise ControlError(f"syncd is not running (no control socket at {socket_path})") from None
+        raise Unreachable(f"syncd is not running (no control socket at {socket_path})") from None
     except ConnectionRefusedError:
-        raise ControlError(f"syncd is not running (stale control socket at {socket_path})"
-                           ) from None
+        raise Unreachable(f"syncd is not running (stale control socket at {socket_path})"
+                          ) from None
+    except TimeoutError:
+        raise Unreachable(f"syncd at {socket_path} did not answer within {timeout:g}s"
+                          ) from None
     except PermissionError:
         raise ControlError(f"permission denied on {socket_path} (run as the syncd user or "
                            "root)") from None

@@ -1,7 +1,8 @@
 """Server side of the control socket (`<state_dir>/syncd.sock`): status, adopt, reload.
 
 One JSON request line per connection, then JSON reply lines (adopt streams its progress, then
-its result); the client side is syncd/control.py.
+its result); the client side is syncd/ops/control.py. A `status` request may carry `select`,
+a list of selectors (core/selection.py): the reply then holds only the files they name.
 
 Who may do what. The socket is mode 0660, so only root, the daemon's user and members of its
 group can connect at all. Then the kernel says who connected (SO_PEERCRED, and SO_PEERGROUPS
@@ -40,6 +41,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
+
+from syncd.core.selection import MAX_SELECTORS, matching, narrow, problem
 
 if TYPE_CHECKING:
     from syncd.daemon.node import Node
@@ -138,6 +141,20 @@ def _line(reply: dict[str, Any]) -> bytes:
 
 class _TooLong(Exception):
     pass
+
+
+def _status_reply(node: Node, select: object) -> dict[str, Any]:
+    """`status`, of what the request's `select` (selectors, selection.py) names: a `status
+    --ready --wait` that polls a profile of a host with thousands of keys costs the daemon
+    that profile's files only."""
+    if select is None:
+        return {"ok": True, "status": node.status()}
+    if (not isinstance(select, list) or len(select) > MAX_SELECTORS
+            or not all(isinstance(s, str) and problem(s) is None for s in select)):
+        return {"ok": False, "error": f"select: a list of at most {MAX_SELECTORS} selectors "
+                                      "(non-empty strings) expected"}
+    return {"ok": True, "status": narrow(node.status(lambda key: matching(select, key)),
+                                         select)}
 
 
 class ControlServer:
@@ -250,7 +267,7 @@ class ControlServer:
                 await self._reply(writer, {"ok": False, "error": denied})
                 return
         if cmd == "status":
-            reply: dict[str, Any] = {"ok": True, "status": self.node.status()}
+            reply: dict[str, Any] = _status_reply(self.node, request.get("select"))
         elif cmd == "adopt":
             reply = await self._adopt(request, writer)
         elif cmd == "reload":

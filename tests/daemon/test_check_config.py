@@ -13,6 +13,7 @@ from click.testing import CliRunner, Result
 
 from syncd.cli.main import main
 from syncd.disk.keyfile import write_identity
+from syncd.disk.oslimits import inotify_limits
 from syncd.ops.brokercheck import classify_connect_error
 from tests.support.certs import CA
 from tests.support.cluster import Broker, free_port, node_identity
@@ -46,13 +47,21 @@ def check(config: Path) -> Result:
     return CliRunner().invoke(main, ["check-config", "--config", str(config)])
 
 
+def inotify_line(directories: int) -> str:
+    """check-config's inotify line, with this machine's limits."""
+    limits = inotify_limits()
+    return (f"inotify: {directories} directories to watch under the roots (one watch each); "
+            f"fs.inotify.max_user_watches = {limits.max_user_watches}, "
+            f"fs.inotify.max_user_instances = {limits.max_user_instances}")
+
+
 def test_good_config(tmp_path: Path) -> None:
     config = setup(tmp_path)
     result = check(config)
     assert result.exit_code == 0, result.output
     assert result.stdout == (f"config OK: node host-a, 2 keys found under "
                              f"{tmp_path / 'runtimes'}, up to 4 levels deep (1 more excluded "
-                             "by include/exclude)\n")
+                             f"by include/exclude)\n{inotify_line(5)}\n")
     assert not (tmp_path / "state").exists()  # checked, not created
 
 
@@ -85,6 +94,10 @@ def test_every_key_is_counted_under_several_roots_and_every_skip_named(
         f"roots (each key starts with its root's name): alice = {alice}, bob = {bob}",
         "1 directory skipped, not replicated:",
         f"  {bob}/\\xfe\\xff (key bob/\\xfe\\xff): component '\\xfe\\xff': not valid UTF-8",
+        # every directory below profiles/, the glob's base, and itself: profiles, alice, bob,
+        # carol, 2 runtimes, 8 instances, 2 onebot_123, main/resources and the directory in
+        # it, the undecodable one
+        inotify_line(19),
     ]
 
 
@@ -162,7 +175,7 @@ def check_broker(config: Path) -> Result:
 def test_broker_check_passes_on_an_open_broker(tmp_path: Path, broker: Broker) -> None:
     result = check_broker(broker_config(tmp_path, broker))
     assert result.exit_code == 0, result.output
-    assert result.stdout.splitlines()[1] == (
+    assert result.stdout.splitlines()[2] == (  # after config OK and inotify
         f"broker OK: connected to 127.0.0.1:{broker.port} as (anonymous); subscriptions "
         "granted; live probe published and read back; largest frame (266311 bytes) "
         "accepted; retained probe kept (and cleared)")
@@ -188,7 +201,7 @@ def test_broker_check_checks_every_listed_broker_and_names_the_unreachable(
     finally:
         broker.stop()
     assert result.exit_code == 1, result.output
-    assert result.stdout.splitlines()[1:] == [
+    assert result.stdout.splitlines()[2:] == [
         f"broker OK: connected to [::1]:{broker.port} as (anonymous); subscriptions granted; "
         "live probe published and read back; largest frame (266311 bytes) accepted; retained "
         "probe kept (and cleared)",

@@ -132,12 +132,13 @@ def test_resources_defaults_and_per_key_rules(tmp_path: Path) -> None:
     from syncd.core.resources import FileKind
     c = load_config(write(tmp_path, GOOD))
     rules = c.resources_of("any")
-    assert rules is not None and rules.max_file_bytes == 32 << 20
+    assert rules is not None and rules.max_file_bytes == 32 << 20 and rules.max_depth == 32
     assert rules.kind("artifacts/t/x") is FileKind.ONCE
     c = load_config(write(tmp_path, GOOD + """
 [resources]
 include = ["artifacts/**"]
 max_file_bytes = 1000
+max_depth = 8
 
 [keys.quiet.resources]
 enabled = false
@@ -149,7 +150,7 @@ include = ["assets/**"]
     assert c.resources_of("other").kind("assets/x") is None  # type: ignore[union-attr]
     assert c.resources_of("quiet") is None
     media = c.resources_of("media")
-    assert media is not None and media.max_file_bytes == 1000
+    assert media is not None and media.max_file_bytes == 1000 and media.max_depth == 8
     assert media.kind("assets/x") is FileKind.ONCE
 
 
@@ -157,6 +158,8 @@ include = ["assets/**"]
     ("text", "message"),
     [
         ("[resources]\nmax_file_bytes = -1\n", "resources.max_file_bytes: must be between"),
+        ("[resources]\nmax_depth = 0\n", "resources.max_depth: must be between 1 and 256"),
+        ("[resources]\nmax_depth = 1000\n", "resources.max_depth: must be between 1 and 256"),
         ("[resources]\ninclude = \"x\"\n", "resources.include: must be a list"),
         ("[resources]\nexlude = []\n", "resources.exlude: unknown key"),
         ("[resources]\nreplaced = [\"../*.json\"]\n", "resources.replaced: '../*.json'"),

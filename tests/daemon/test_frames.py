@@ -304,8 +304,8 @@ def test_a_manifest_item_is_bounded_before_it_is_parsed() -> None:
         dec(_rhave(b" " * (3 << 20)), TO_TOPIC, max_data=16 << 20)
 
 
-def test_a_resource_name_is_at_most_32_levels_deep() -> None:
-    """#23: each level is a directory a peer's name makes us create."""
-    assert frames.resource_name_problem("artifacts/" + "d/" * 30 + "f") is None
-    assert frames.resource_name_problem("artifacts/" + "d/" * 31 + "f") == \
-        "more than 32 levels deep"
+def test_a_resource_name_is_at_most_256_levels_deep() -> None:
+    """#23: each level is a directory a peer's name makes us create ([resources] max_depth,
+    at most 256, says how many a host takes: test_resources.py)."""
+    assert frames.resource_name_problem("a/" * 255 + "f") is None
+    assert frames.resource_name_problem("a/" * 256 + "f") == "more than 256 levels deep"

@@ -69,9 +69,10 @@ def test_nested_and_odd_keys_of_two_profiles_are_byte_identical_on_three_hosts(
     replicate_every_instance(hosts)
 
 
-def test_the_same_on_nats_each_host_on_another_cluster_member(tmp_path: Path) -> None:
+def test_the_same_on_nats_each_host_on_another_cluster_member(tmp_path: Path,
+                                                             nats_server: str) -> None:
     """NATS refuses '.', ' ' and wildcards in topics: the encoded levels carry these names."""
-    with nats.NatsCluster(tmp_path / "nats") as cluster:
+    with nats.NatsCluster(tmp_path / "nats", binary=nats_server) as cluster:
         hosts = [with_profiles(d) for d in nats_daemons(tmp_path, cluster)]
         try:
             for d in hosts:

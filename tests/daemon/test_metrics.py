@@ -49,6 +49,8 @@ def test_families_from_a_status_snapshot() -> None:
              "diverged": {"c": {}}},
         ],
         "skipped": [{"key": "bad\\xff", "path": "/rt/bad\\xff", "reason": "not valid UTF-8"}],
+        "resources": [{"key": "bot-1", "conflicts": [], "files": 2, "skipped_paths_count": 3}],
+        "unsafe_paths": {"total": 4, "by_kind": {"symlink": 3, "unreadable": 1}},
     }
     s = exposition(lambda: status)
     one = (("file", "events.jsonl"), ("key", "bot-1"))
@@ -65,6 +67,9 @@ def test_families_from_a_status_snapshot() -> None:
     assert s[("syncd_files", (("state", "in_sync"),))] == 0
     assert s[("syncd_diverged_files", ())] == 1
     assert s[("syncd_unreplicated_directories", ())] == 1
+    assert s[("syncd_resource_skipped_paths", (("key", "bot-1"),))] == 3
+    assert s[("syncd_unsafe_paths_total", (("kind", "symlink"),))] == 3
+    assert s[("syncd_unsafe_paths_total", (("kind", "unreadable"),))] == 1
     assert s[("syncd_shipped_bytes_total", one)] == 120
     assert s[("syncd_shipped_frames_total", one)] == 4
     assert s[("syncd_served_bytes_total", one)] == 7
@@ -72,6 +77,20 @@ def test_families_from_a_status_snapshot() -> None:
     assert s[("syncd_file_ready", two)] == 0
     assert s[("syncd_behind_bytes", two)] == 0  # c holds more, but another history
     assert ("syncd_shipped_bytes_total", two) not in s  # no counters: no sample
+    assert not [k for k in s if k[0].startswith("syncd_inotify")]  # an older snapshot
+
+
+def test_inotify_gauges_from_a_status_snapshot() -> None:
+    status = {"connected": True, "rejected_frames": 0, "peers": {}, "files": [],
+              "inotify": {"enabled": True, "watches": 8192, "watches_needed": 12034,
+                          "max_user_watches": 8192, "max_user_instances": None,
+                          "warnings": ["fs.inotify.max_user_watches is 8192, ..."]},
+              "open_files": {"open": 12, "limit": 65536, "hard_limit": 524288}}
+    s = exposition(lambda: status)
+    assert s[("syncd_inotify_watches", ())] == 8192
+    assert s[("syncd_inotify_watches_needed", ())] == 12034
+    assert s[("syncd_inotify_max_user_watches", ())] == 8192
+    assert ("syncd_inotify_max_user_instances", ()) not in s  # unknown: no sample
 
 
 def scrape(port: int) -> Samples:

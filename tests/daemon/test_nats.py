@@ -17,14 +17,10 @@ from tests.support.cluster import Daemon, wait_until
 from tests.support.files import KEY, append, content
 from tests.support.ishiki import ishiki_lines
 
-pytestmark = pytest.mark.skipif(
-    not Path(nats.shutil.which("nats-server") or "/usr/sbin/nats-server").exists(),
-    reason="nats-server is not installed (tests/run.sh installs it)")
-
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[nats.NatsCluster]:
-    with nats.NatsCluster(tmp_path / "nats") as c:
+def cluster(tmp_path: Path, nats_server: str) -> Iterator[nats.NatsCluster]:
+    with nats.NatsCluster(tmp_path / "nats", binary=nats_server) as c:
         yield c
 
 
@@ -62,27 +58,37 @@ def test_retained_messages_are_served_by_every_member_and_survive_losing_one(
     assert nats.retained(one, "test/syncd/pos/a/k/f") == b"first"
 
 
-def test_live_messages_cross_members_and_nats_refuses_dots_in_topics(
+def test_live_messages_cross_members_and_nats_refuses_spaces_in_topics(
     cluster: nats.NatsCluster,
 ) -> None:
     one, _, three = (m.mqtt_port for m in cluster.members)
-    got: list[bytes] = []
+    got: list[tuple[str, bytes]] = []
     sub = nats.client(three)
     try:
-        sub.on_message = lambda c, u, m: got.append(m.payload)
+        sub.on_message = lambda c, u, m: got.append((m.topic, m.payload))
         sub.subscribe("test/syncd/live/#", qos=1)
         wait_until(lambda: (nats.publish(one, "test/syncd/live/a/k/f", b"ping"), got)[1], 10,
                    "a live message published on member 1 to reach a subscriber on member 3")
-        assert got[0] == b"ping"
-        # NATS closes the connection of a client that publishes on a topic with a '.' (why
-        # syncd's topic levels are encodings of names, not the names).
-        c = nats.client(one)
-        try:
-            c.publish("test/syncd/live/a/k/events.jsonl", b"x", qos=1)
-            wait_until(lambda: not c.is_connected(), 5,
-                       "NATS to close a connection that published on a topic with a '.'")
-        finally:
-            c.loop_stop()
+        assert got[0] == ("test/syncd/live/a/k/f", b"ping")
+        # NATS closes the connection of a client that publishes on a topic with a space, and
+        # 2.9 one with a '.' too (newer servers carry '.' as '//' in the NATS subject): why
+        # syncd's topic levels are encodings of names, not the names.
+        refused = ["test/syncd/live/a/k/events jsonl"]
+        dotted = "test/syncd/live/a/k/events.jsonl"
+        if cluster.version < (2, 10):
+            refused.append(dotted)
+        else:
+            nats.publish(one, dotted, b"dot")
+            wait_until(lambda: (dotted, b"dot") in got, 10,
+                       f"nats-server {cluster.version} to carry a topic with a '.'")
+        for topic in refused:
+            c = nats.client(one)
+            try:
+                c.publish(topic, b"x", qos=1)
+                wait_until(lambda c=c: not c.is_connected(), 5,
+                           f"NATS to close a connection that published on {topic!r}")
+            finally:
+                c.loop_stop()
     finally:
         sub.disconnect()
         sub.loop_stop()
@@ -199,7 +205,7 @@ def test_killing_the_writers_member_moves_it_to_another_with_nothing_lost(
             d.kill()
 
 
-def test_the_shipped_member_config_is_valid(tmp_path: Path) -> None:
+def test_the_shipped_member_config_is_valid(tmp_path: Path, nats_server: str) -> None:
     """config/nats-cluster.conf, as nats-server reads it (TLS files left out: none here)."""
     shipped = Path(__file__).parents[2] / "config" / "nats-cluster.conf"
     text = shipped.read_text()
@@ -207,7 +213,7 @@ def test_the_shipped_member_config_is_valid(tmp_path: Path) -> None:
     text = text[:start] + text[text.index("  }\n", start) + 4:]
     conf = tmp_path / "member.conf"
     conf.write_text(text.replace("/var/lib/nats/jetstream", str(tmp_path / "js")))
-    checked = subprocess.run([nats.nats_binary(), "-c", str(conf), "-t"], capture_output=True,
+    checked = subprocess.run([nats_server, "-c", str(conf), "-t"], capture_output=True,
                              text=True, check=False)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "stream_replicas: 3" in shipped.read_text()

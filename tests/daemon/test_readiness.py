@@ -436,8 +436,8 @@ def test_status_ready_exit_codes(broker: Broker, make_daemon: Callable[..., Daem
 
 
 def test_failover_drill(broker: Broker, make_daemon: Callable[..., Daemon]) -> None:
-    """The README's drill: writer on A, A dies, B READY, the bot moves to B and writes, A
-    returns and fast-forwards; the reverse with a clear() in between says not ready."""
+    """The drill of docs/operations.md: writer on A, A dies, B READY, the bot moves to B and
+    writes, A returns and fast-forwards; the reverse with a clear() in between says not ready."""
     a, b = pair(make_daemon, broker)
     first = finished_turn("t1") + entry("turn.start", "t2")
     append(a.path(KEY), first)

@@ -1,10 +1,10 @@
 """Regressions of issue #10: five interleavings in which the copies went wrong in silence.
 
 Each test reproduces one case of the issue with real `syncd run` processes, a real Mosquitto
-and real files, and asserts what the design promises instead (docs: README "How it works" and
-"States", shared/docs/design.md guarantees, shared/docs/integrity.md invariants). On the code
-before the rewrite of `replica.py` every one of them fails; the failure each one gives then is
-written in its docstring.
+and real files, and asserts what the design promises instead (docs/design.md, "How it works"
+and "States"; the simulator's invariants in docs/development.md). On the code before the
+rewrite of `replica.py` every one of them fails; the failure each one gives then is written in
+its docstring.
 """
 
 from __future__ import annotations
@@ -169,7 +169,7 @@ def test_file_renamed_over_a_standbys_copy_never_receives_the_writers_bytes(
 
     Correct: B applies peer bytes only to the file its ledger describes (same device and inode):
     the foreign file keeps exactly its bytes, and B reports `reset` (a replaced file is a local
-    reset, README "States").
+    reset, docs/design.md, "States").
 
     Before the fix: B appended A's line onto the foreign file (the append never checked the
     inode, and took the new one as its own), and both hosts said in_sync. Fails with "B

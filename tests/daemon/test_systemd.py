@@ -176,8 +176,11 @@ def test_unit_essentials() -> None:
     for line in ("Type=notify", "WatchdogSec=30s", "Restart=on-failure",
                  "ExecReload=/usr/bin/syncd reload --config /etc/syncd/syncd.toml",
                  "User=syncd", "ProtectSystem=strict",
-                 "CapabilityBoundingSet=\n", "SystemCallFilter=@system-service"):
+                 "CapabilityBoundingSet=\n", "SystemCallFilter=@system-service",
+                 "LimitNOFILE=65536\n"):
         assert line in unit
+    # syncd reads /proc/sys/fs/inotify and /proc/sys/user: ProcSubset=pid would hide them.
+    assert "\nProcSubset=" not in unit
 
 
 def test_sigterm_while_waiting_for_the_broker_stops_at_once(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
-"""The threat model, case by case (README "Threat model"): what a stranger on the broker, or a
-listed host that was compromised, can and cannot do. Real daemons, a real Mosquitto, and a raw
-MQTT client that signs what it likes with the keys it holds."""
+"""The threat model, case by case (docs/security.md, "Threat model"): what a stranger on the
+broker, or a listed host that was compromised, can and cannot do. Real daemons, a real
+Mosquitto, and a raw MQTT client that signs what it likes with the keys it holds."""
 
 from __future__ import annotations
 

@@ -3,17 +3,24 @@ broker, with the writer's temp files, renames, rewrites, crashes and conflicting
 
 Like world.py (the log's simulator): one thread, every choice from the seed, invariants
 checked after every step, a failure replays from its seed (`python -m tests.sim --resources
---seed S -v`). The shell here does what syncd/resourcefiles.py does, on dicts:
+--seed S -v`). The shell here does what syncd/daemon/resourcefiles.py does, on dicts:
 
 - a host's directory maps published names to bytes; temp files (the writer's
   `.<name>.<n>.tmp`, syncd's `.<name>.syncd.tmp`) are kept apart, named for who made them;
 - a scan reports names whose bytes changed since the shell last reported or installed them;
 - an install checks the digest, then links (write-once: never over an existing name) or
-  replaces only the sidecar the machine expected.
+  replaces only the sidecar the machine expected;
+- what a power cut keeps is apart from what is read (`durable`): the writer never syncs, so
+  its renames and their bytes may come back as before, as written, or empty (the rename kept,
+  the data dropped); syncd's shell syncs a file and its directory before it announces it
+  (`sync_before_announce`: the fix of issue #23 case 8) and an install before it counts.
 
 Invariants (after every step): no host holds a temp file that neither its writer nor its own
 syncd made; a write-once name's bytes never change on a host except by that host's own writer
-or operator; the machine never asks to install a write-once name it already holds. After
+or operator (or a power cut); the machine never asks to install a write-once name it already
+holds. At a power cut: every file a host announces with the bytes it holds is durable there
+(else the cut can turn it into an empty or old file, which the restart announces above the
+version the peers hold). After
 quiescence: every write-once name held with different bytes by two hosts is shown as a
 conflict on both, at the true first differing offset; every other file is byte-identical on
 every host; every sidecar equals the last bytes its writer wrote.
@@ -78,9 +85,18 @@ class ResHost:
     once_seen: dict[str, bytes] = field(default_factory=dict)
     intents: dict[str, frames.ResEntry] = field(default_factory=dict)
     mtimes: dict[str, int] = field(default_factory=dict)  # ns, of the local writer's renames
+    durable: dict[str, bytes] = field(default_factory=dict)  # what a power cut leaves of files
+    # A file's (inode, size, mtime, ctime) as a number that every write changes, and the one
+    # the shell last hashed or installed it at (its `idents`, saved with the manifest).
+    stamps: dict[str, int] = field(default_factory=dict)
+    idents: dict[str, int] = field(default_factory=dict)
+    saved_idents: dict[str, int] = field(default_factory=dict)
 
 
 class ResWorld:
+    # The shell fsyncs a file and its directory before it announces it (resourcefiles.py).
+    sync_before_announce = True
+
     def __init__(self, seed: int, hosts: int, steps: int) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
@@ -100,6 +116,17 @@ class ResWorld:
         self.n = 0
         self.link_clock: dict[tuple[str, str], float] = {}
         self.pending: set[str] = set()  # names the writer is putting (temp file, rename due)
+        self._stamp = 0
+
+    def written(self, h: ResHost, name: str, data: bytes | None) -> None:
+        """`name` now holds `data` (None: gone) on h's disk, as a new file."""
+        self._stamp += 1
+        if data is None:
+            h.files.pop(name, None)
+            h.stamps.pop(name, None)
+        else:
+            h.files[name] = data
+            h.stamps[name] = self._stamp
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -123,12 +150,16 @@ class ResWorld:
                             timeout=1.0)
         m.restore(h.saved)
         h.known = {e.name: e.digest for e in h.saved}
+        h.idents = dict(h.saved_idents)
         for name, e in h.intents.items():
             if name in h.files and sha(h.files[name]) == e.digest:
                 m.local[name] = e
                 h.known[name] = e.digest
+                h.idents[name] = h.stamps[name]
+                if self.sync_before_announce:
+                    h.durable[name] = h.files[name]  # _recover syncs what it takes back
         m.restore(m.local.values())
-        # syncd's own temp files from the last run are removed at start (resourcefiles.py).
+        # syncd's own temp files from the last run are removed at start (daemon/resourcefiles.py).
         h.temps = {p: v for p, v in h.temps.items() if v[0] != "syncd"}
         h.machine = m
         h.alive = True
@@ -202,6 +233,7 @@ class ResWorld:
                     pass
                 case Save():
                     h.saved = list(m.local.values())
+                    h.saved_idents = dict(h.idents)
                     h.intents = {n: i for n, i in h.intents.items() if m.local.get(n) != i}
 
     def install(self, h: ResHost, entry: frames.ResEntry, expect: frames.ResEntry | None) -> None:
@@ -225,7 +257,9 @@ class ResWorld:
             ev: Event = InstallFailed(name, fail)
         else:
             assert tmp is not None
-            h.files[name] = bytes(tmp[1])
+            self.written(h, name, bytes(tmp[1]))
+            h.idents[name] = h.stamps[name]
+            h.durable[name] = h.files[name]  # the temp file, then its directory, synced
             h.mtimes[name] = int((1_800_000_000 + self.now) * 1e9)
             h.known[name] = entry.digest
             if kind is FileKind.ONCE:
@@ -237,12 +271,16 @@ class ResWorld:
         if not h.alive or h.machine is None:
             return
         for name, data in sorted(h.files.items()):
-            if h.known.get(name) != sha(data) or name not in h.machine.local:
+            if h.idents.get(name) != h.stamps[name] or name not in h.machine.local:
                 if len(data) <= self.rules.max_file_bytes:
                     h.known[name] = sha(data)
+                    h.idents[name] = h.stamps[name]
+                    if self.sync_before_announce:
+                        h.durable[name] = data
                 self.deliver(h, LocalFile(name, len(data), sha(data), h.mtimes.get(name, 0)))
         for name in sorted(set(h.machine.local) - set(h.files)):
             h.known.pop(name, None)
+            h.idents.pop(name, None)
             self.deliver(h, LocalGone(name))
 
     def sweep(self) -> None:
@@ -271,7 +309,7 @@ class ResWorld:
         made = h.temps.pop(path, None)
         if made is None:
             return
-        h.files[name] = bytes(made[1])
+        self.written(h, name, bytes(made[1]))
         h.mtimes[name] = int((1_800_000_000 + self.now) * 1e9)
         if self.rules.kind(name) is FileKind.ONCE:
             h.once_seen[name] = h.files[name]  # its own writer's doing
@@ -321,12 +359,53 @@ class ResWorld:
         if not h.alive:
             return
         self.log(f"{h.name} syncd killed")
+        self.crash_host(h)
+
+    def crash_host(self, h: ResHost) -> None:
         h.alive = False
         h.machine = None
         for peer in self.hosts.values():
             if peer.alive and peer.machine is not None and peer is not h:
                 self.deliver(peer, PeerPresence(h.name, False))
         self.at(self.now + self.rng.random() * 2, lambda: self.restart(h))
+
+    def power_cut(self) -> None:
+        """The host loses power: its syncd dies, and every file returns to what was durable,
+        or is kept as written, or (its rename kept, its data dropped) comes back empty."""
+        h = self.hosts[self.rng.choice(sorted(self.hosts))]
+        if not h.alive or h.machine is None:
+            return
+        for name, e in sorted(h.machine.local.items()):
+            data = h.files.get(name)
+            if data is not None and sha(data) == e.digest and h.durable.get(name) != data:
+                raise Violation(f"{h.name} announced {name} ({len(data)} bytes) before it was "
+                                "durable: a power cut can bring it back empty or old")
+        self.log(f"{h.name} power cut")
+        self.crash_host(h)
+        for name in sorted(set(h.files) | set(h.durable)):
+            now, kept = h.files.get(name), h.durable.get(name)
+            if now == kept:
+                continue
+            outcomes = [kept, now] + ([b""] if now else [])
+            pick = self.rng.choice(outcomes)
+            self.log(f"{h.name} after the cut: {name} is "
+                     f"{'gone' if pick is None else f'{len(pick)} bytes'}")
+            self.written(h, name, pick)
+            if pick is None:
+                h.durable.pop(name, None)
+            else:
+                h.durable[name] = pick
+            if self.rules.kind(name) is FileKind.ONCE:
+                if pick is None:
+                    h.once_seen.pop(name, None)
+                else:
+                    h.once_seen[name] = pick
+            elif h.name == self.writer:  # what the writer holds now is its last put
+                if pick is None:
+                    self.last_sidecar.pop(name, None)
+                else:
+                    self.last_sidecar[name] = pick
+        h.temps = {}  # nobody synced them
 
     def restart(self, h: ResHost) -> None:
         if h.alive:
@@ -351,7 +430,8 @@ class ResWorld:
         if h.files:
             name = self.rng.choice(sorted(h.files))
             self.log(f"operator deletes {name} on {h.name}")
-            del h.files[name]
+            self.written(h, name, None)
+            h.durable.pop(name, None)  # the operator's deletion is for good
             h.once_seen.pop(name, None)
             if h.name == self.writer:
                 # The writer's last put may have existed only here: what comes back is the
@@ -379,8 +459,10 @@ class ResWorld:
                 self.write_sidecar(h, self.rng.choice(sorted(blobs)))
         elif r < 0.68:
             self.conflicting_blob()
-        elif r < 0.78:
+        elif r < 0.74:
             self.crash()
+        elif r < 0.78:
+            self.power_cut()
         elif r < 0.88:
             self.partition()
         elif r < 0.93:

@@ -3,7 +3,7 @@
 FoundationDB and TigerBeetle's VOPR test the real code this way: one thread, a seeded random
 source decides every fault and every interleaving, and invariants are checked after every
 step, so any failure replays exactly from its seed. Here each simulated host runs the real
-`syncd.machine.Machine` behind a small shell that does what `syncd/replica.py` does with
+`syncd.core.machine.Machine` behind a small shell that does what `syncd/daemon/replica.py` does with
 real files (reads planned bytes, performs effects, feeds results back), on a disk that keeps
 written-but-unsynced bytes apart from durable ones (a power loss drops them).
 
@@ -163,7 +163,7 @@ class SimHost:
     # Drained (and so no sync) between them, as when a burst of frames arrives at once.
     busy: bool = False
 
-    # --- the shell: what replica.py does, on simulated parts ------------------------------
+    # --- the shell: what daemon/replica.py does, on simulated parts ------------------------------
 
     @property
     def m(self) -> Machine:
@@ -582,7 +582,7 @@ class World:
                 self.at(self.now + 0.001, lambda o=other: self._presence(o, h, False))
 
     def _presence(self, to: SimHost, about: SimHost, online: bool) -> None:
-        # The node orders presence by connection (freshness.py): news that `about` went
+        # The node orders presence by connection (core/freshness.py): news that `about` went
         # offline arriving after it is back (a broker restart shorter than the delivery) is
         # stale, and dropped; so is news of a connection that ended meanwhile.
         if about.connected == online:

@@ -263,7 +263,8 @@ class Chaos:
         except AssertionError as e:
             states = {d.node: {k: self._status(d).get(k) for k in ("state", "size", "peers")}
                       for d in self.daemons.values()}
-            # A daemon that does not answer: its log says why (stall.py prints its stacks).
+            # A daemon that does not answer: its log says why (syncd/ops/stall.py prints its
+            # stacks).
             silent = "".join(f"\n--- {n}'s log, last lines ---\n" + "\n".join(
                 self.daemons[n].read_log().splitlines()[-80:])
                 for n, st in states.items() if st["state"] is None)

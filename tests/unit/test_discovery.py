@@ -1,4 +1,4 @@
-"""Finding instances at any depth, under one or several roots (syncd/discovery.py)."""
+"""Finding instances at any depth, under one or several roots (syncd/disk/discovery.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from syncd.core.roots import Layout, RootSpec
-from syncd.disk import discovery
+from syncd.core.spot import Spot
+from syncd.disk import discovery, tree
 from syncd.disk.discovery import Scanner
 
 FILES = ("events.jsonl",)
@@ -86,14 +87,14 @@ def test_an_unreadable_directory_is_named(
     rt = tmp_path / "rt"
     instance(rt, "locked/in")
     instance(rt, "open")
-    real = os.scandir
+    real = tree.open_dir
 
-    def refusing(path: str) -> object:  # as for a directory of mode 000 (root reads those)
-        if Path(path) == rt / "locked":
-            raise PermissionError(13, "Permission denied", str(path))
-        return real(path)
+    def refusing(spot: Spot) -> int:  # as for a directory of mode 000 (root reads those)
+        if spot.path == rt / "locked":
+            raise PermissionError(13, "Permission denied", str(spot))
+        return real(spot)
 
-    monkeypatch.setattr(discovery.os, "scandir", refusing)
+    monkeypatch.setattr(discovery.tree, "open_dir", refusing)
     scan = scanner(Layout.single(rt)).scan()
     assert [i.key for i in scan.instances] == ["open"]
     [skip] = scan.skipped
@@ -111,13 +112,13 @@ def test_a_sweep_lists_only_directories_that_changed(
     s = scanner(Layout.single(rt))
     assert len(s.scan().instances) == 40
     listed: list[str] = []
-    real = os.scandir
+    real = tree.open_dir
 
-    def counting(path: str) -> object:
-        listed.append(os.fspath(path))
-        return real(path)
+    def counting(spot: Spot) -> int:
+        listed.append(str(spot.path))
+        return real(spot)
 
-    monkeypatch.setattr(discovery.os, "scandir", counting)
+    monkeypatch.setattr(discovery.tree, "open_dir", counting)
     again = s.scan()
     assert listed == [] and not again.changed and len(again.instances) == 40
     new = instance(rt, "sid-3/chan-2")  # a nested instance appears

@@ -1,6 +1,6 @@
 """The per-file machine without sockets or files: scripted events in, expected effects out.
 
-Each test drives `syncd.machine.Machine` the way the shell does (reads the planned bytes from
+Each test drives `syncd.core.machine.Machine` the way the shell does (reads the planned bytes from
 an in-memory file, hands over event and snapshot) and asserts on the effects. Milliseconds
 each; the end-to-end tests stay the acceptance layer.
 """

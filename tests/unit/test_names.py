@@ -1,4 +1,4 @@
-"""Which names can be instance keys and file names (syncd/names.py)."""
+"""Which names can be instance keys and file names (syncd/core/names.py)."""
 
 from __future__ import annotations
 

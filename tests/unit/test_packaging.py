@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -59,3 +60,49 @@ def test_maintainer_scripts_are_posix_sh(script: str) -> None:
     path = TOP / "packaging" / "debian" / script
     assert path.read_text().startswith("#!/bin/sh\n")
     subprocess.run(["sh", "-n", str(path)], check=True)
+
+
+def apt_mirror(etc_apt: Path, suite: str = "bookworm") -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(TOP / "packaging" / "apt-mirror"), suite,
+                           str(etc_apt)], capture_output=True, text=True, check=False)
+
+
+def test_test_deb_takes_the_mirror_from_this_machines_apt_sources(tmp_path: Path) -> None:
+    parts = tmp_path / "sources.list.d"
+    parts.mkdir()
+    # deb822, as Debian 12 writes it: a disabled entry, source-only, security and updates
+    # suites first; the first enabled `deb` entry of the suite itself wins.
+    (parts / "debian.sources").write_text(
+        "Types: deb\nURIs: http://disabled.example/debian\nSuites: bookworm\n"
+        "Components: main\nEnabled: no\n\n"
+        "# a comment\nTypes: deb-src\nURIs: http://src.example/debian\nSuites: bookworm\n\n"
+        "Types: deb\nURIs: http://security.example/debian-security\n"
+        "Suites: bookworm-security\nComponents: main\n\n"
+        "types: deb\nURIs: http://mirror.example/debian/\n"
+        " http://second.example/debian\nSuites: bookworm bookworm-updates\n"
+        "Components: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n")
+    assert apt_mirror(tmp_path).stdout == "http://mirror.example/debian\n"
+    # One-line sources come first, as apt reads them; options in brackets are skipped.
+    (tmp_path / "sources.list").write_text(
+        "# deb http://commented.example/debian bookworm main\n"
+        "deb-src http://src.example/debian bookworm main\n"
+        "deb [arch=amd64 signed-by=/k.gpg] https://one-line.example/debian bookworm main\n")
+    assert apt_mirror(tmp_path).stdout == "https://one-line.example/debian\n"
+    # No source for the suite: an error, and no host name made up.
+    done = apt_mirror(tmp_path, "trixie")
+    assert done.returncode == 1 and done.stdout == ""
+    assert "no 'deb' source for trixie" in done.stderr and "SYNCD_TEST_MIRROR" in done.stderr
+    assert "deb.debian.org" not in (TOP / "packaging" / "test-deb").read_text()
+
+
+def test_the_bot_drop_in_waits_for_syncd_and_is_shipped() -> None:
+    conf = (TOP / "systemd" / "wait-for-syncd.conf").read_text()
+    lines = [line for line in conf.splitlines() if line and not line.startswith("#")]
+    assert lines == [
+        "[Unit]", "Wants=syncd.service", "After=syncd.service", "[Service]",
+        "ExecStartPre=+/usr/bin/syncd status --config /etc/syncd/syncd.toml --ready --wait 300 "
+        "-- %i",
+        "TimeoutStartSec=360",
+    ]
+    build = (TOP / "packaging" / "build-deb").read_text()
+    assert "systemd/wait-for-syncd.conf" in build and "docs/*.md" in build

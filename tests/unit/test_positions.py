@@ -1,4 +1,4 @@
-"""PositionSender (syncd/positions.py) on a real event loop: routine positions of many files
+"""PositionSender (syncd/net/positions.py) on a real event loop: routine positions of many files
 share one release, an urgent one goes at once and drops the routine one held for its file,
 and retained copies are paced per file."""
 

@@ -1,4 +1,4 @@
-"""References from log lines to resources (syncd/refs.py), as the log checker keeps them."""
+"""References from log lines to resources (syncd/core/refs.py), as the log checker keeps them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The pure resource machine (syncd/resources.py): scripted events in, expected effects out."""
+"""The pure resource machine (syncd/core/resources.py): scripted events in, expected effects out."""
 
 from __future__ import annotations
 
@@ -350,3 +350,13 @@ def test_refusals_of_too_big_files_are_named_for_a_hundred_then_counted() -> Non
     for i in range(150):
         have(m, ResEntry(f"artifacts/big/{i}", 11, sha(b"%d" % i)))
     assert len(m.refused) == REFUSED_SHOWN and m.refused_more == 50
+
+
+def test_a_peers_name_deeper_than_max_depth_is_ignored() -> None:
+    """#23: no peer's name makes us create a tree deeper than our own scans go."""
+    r = Rules(max_depth=3)
+    assert r.kind("artifacts/a/b/c") is FileKind.ONCE  # three directories down
+    assert r.kind("artifacts/a/b/c/d") is None
+    m = machine()
+    fx = have(m, ResEntry("artifacts/" + "d/" * 40 + "f", 1, sha(b"x")))
+    assert not sends(fx, Kind.RREQ) and not m.peers["a"].entries

@@ -1,4 +1,4 @@
-"""Runtimes roots and the key <-> path rule (syncd/roots.py), as the config builds them."""
+"""Runtimes roots and the key <-> path rule (syncd/core/roots.py), as the config builds them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Keys as state_dir file names (syncd/statepath.py), and records written before nesting."""
+"""Keys as state_dir file names (syncd/core/statepath.py), and records written before nesting."""
 
 from __future__ import annotations
 

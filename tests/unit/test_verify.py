@@ -286,7 +286,7 @@ def test_narrative_inside_its_turn_is_not_counted_as_late() -> None:
 
 def test_other_turn_entries_after_the_end_are_still_problems() -> None:
     # ishiki.images and ishiki.codemode.store are written in the same append as the turn's
-    # assistant message, inside the turn: after its end they mean damage (see verify.py).
+    # assistant message, inside the turn: after its end they mean damage (see core/logcheck.py).
     for late_type in ("ishiki.images", "ishiki.codemode.store"):
         late = line({"id": "i", "type": late_type, "data": {}, "timestamp": 3, "turnId": "a"})
         report = check(event("turn.start", "a") + event("turn.done", "a") + late)

@@ -1,4 +1,4 @@
-"""The batch window (syncd/window.py) on a fake clock: a lone change goes at once, changes in
+"""The batch window (syncd/daemon/window.py) on a fake clock: a lone change goes at once, changes in
 a busy stream wait for the end of the window and leave together, and the source is held
 while a window is open."""
 
