@@ -188,7 +188,8 @@ _MQTT = {
 }
 _KEY = {"files", "role", "writers", "resources"}
 _RESOURCES = {"enabled", "include", "exclude", "replaced", "max_file_bytes", "max_depth"}
-_LIMITS = {"requests_per_second", "request_burst", "bytes_per_second", "byte_burst"}
+_LIMITS = {"requests_per_second", "request_burst", "bytes_per_second", "byte_burst",
+           "max_keys", "min_free_bytes", "max_peer_bytes", "max_resource_files"}
 _GROUP = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?")
 _PREFIX = re.compile(r"[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*")
 _LISTEN = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):(\d{1,5})")
@@ -567,4 +568,9 @@ def _limits(top: _Reader, lim: _Reader) -> Limits:
         request_burst=lim.integer("request_burst", d.request_burst, 1, 1 << 30),
         bytes_per_second=lim.integer("bytes_per_second", d.bytes_per_second, 0, 1 << 40),
         byte_burst=lim.integer("byte_burst", d.byte_burst, 1, 1 << 40),
+        max_keys=lim.integer("max_keys", d.max_keys, 1, 1 << 24),
+        min_free_bytes=lim.integer("min_free_bytes", d.min_free_bytes, 0, 1 << 50),
+        max_peer_bytes=lim.integer("max_peer_bytes", d.max_peer_bytes, 1 << 20, 1 << 40),
+        max_resource_files=lim.integer("max_resource_files", d.max_resource_files, 1,
+                                       1 << 24),
     )

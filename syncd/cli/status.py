@@ -160,6 +160,21 @@ def _resources(status: dict[str, Any]) -> list[str]:
     return ["", *lines] if lines else []
 
 
+def _peer_limits(limits: dict[str, Any]) -> list[str]:
+    """Remote growth stopped, and what peers had refused at a bound (docs/peer-limits.md)."""
+    lines = []
+    growth = limits.get("remote_growth", {})
+    if growth.get("stopped"):
+        low = ", ".join(f"{p}: {n} bytes free" for p, n in growth.get("low", {}).items())
+        lines.append(f"REMOTE GROWTH STOPPED: {low}, below [limits] min_free_bytes "
+                     f"({growth.get('min_free_bytes')}); no peer's bytes are written here")
+    refused = limits.get("refused", {})
+    if refused:
+        counts = ", ".join(f"{n} {reason}" for reason, n in sorted(refused.items()))
+        lines.append(f"refused at the peer limits ([limits]): {counts}")
+    return ["", *lines] if lines else []
+
+
 def ask(state_dir: Path, selectors: Iterable[str] = ()) -> dict[str, Any]:
     """The running daemon's status document; exit 2 saying why when it cannot be asked."""
     try:
@@ -295,6 +310,7 @@ def render(status: dict[str, Any]) -> str:
                for peer, b in status.get("peer_budgets", {}).items() if b["dropped_requests"]]
     if dropped:
         lines += ["", *dropped]
+    lines += _peer_limits(status.get("peer_limits", {}))
     unsafe = status.get("unsafe_paths", {})
     if unsafe.get("total"):
         kinds = ", ".join(f"{n} {k}" for k, n in unsafe["by_kind"].items())

@@ -34,10 +34,24 @@ REPORT_EVERY = 60.0  # seconds: at most one log line per peer over its budget
 
 @dataclass(frozen=True)
 class Limits:
+    """`[limits]`: what peers may cost this host (docs/peer-limits.md says why each default)."""
+
     requests_per_second: float = 200.0
     request_burst: int = 1000
     bytes_per_second: int = 256 << 20
     byte_burst: int = 64 << 20
+    # Instance keys this host replicates, at most, counting its own: past it a peer's new key
+    # is refused (~25 KiB of memory, a directory and a record each; 1000 busy keys is what
+    # bench/ measures, a fleet host ten times that).
+    max_keys: int = 10_000
+    # Free bytes below which no peer's bytes are written here (appends, resource files, new
+    # keys), so that the local writer keeps this much: a full disk would pause it.
+    min_free_bytes: int = 1 << 30
+    # Memory one peer's frames may hold here at once (queued events, manifest entries,
+    # whole manifests in parts), estimated: a catch-up of 16 files holds 16 fetch windows.
+    max_peer_bytes: int = 64 << 20
+    # Entries one manifest of one instance may hold, a peer's as heard here.
+    max_resource_files: int = 100_000
 
 
 @dataclass
@@ -77,6 +91,26 @@ def serve_cost(have: int, start: int, length: int, held: int, window: int) -> in
     (what the replica serves; see Machine._serve_range)."""
     first = max(start, have)
     return max(0, min(held, first + min(length, window)) - first)
+
+
+ANSWER_OVERHEAD = 200  # bytes of header an answer item costs besides its body
+
+
+def probe_cost(sums: bool, start: int, count: int, held: int, blocks: int, max_sums: int,
+               block: int, digest_size: int) -> int:
+    """Bytes a probe makes us send (see Machine._answer_probe): chain values of blocks
+    [start, start + count) cut to `max_sums` and to the blocks we hold, or bytes from `start`
+    cut to one block and to `held`."""
+    if sums:
+        first = min(start, blocks)
+        return ANSWER_OVERHEAD + digest_size * max(0, min(count, max_sums, blocks - first))
+    first = min(start, held)
+    return ANSWER_OVERHEAD + max(0, min(held, first + min(count, block)) - first)
+
+
+def chunked_cost(length: int, chunk: int) -> int:
+    """`length` bytes sent in items of at most `chunk` bytes, headers included."""
+    return length + ANSWER_OVERHEAD * max(1, -(-length // max(1, chunk)))
 
 
 class Budgets:
@@ -146,3 +180,48 @@ class Budgets:
         return {name: {"served_requests": p.served_requests, "served_bytes": p.served_bytes,
                        "dropped_requests": p.dropped, "dropped_bytes": p.dropped_bytes}
                 for name, p in sorted(self._peers.items())}
+
+
+class Holdings:
+    """Memory held here on each peer's word, in estimated bytes, within `limit` per peer.
+
+    What a peer's frames make this host keep until something else happens (events queued
+    for a replica that is busy or loading, manifest entries it announced, the parts of a
+    whole manifest still incomplete) is taken from that peer's account first, and given
+    back when it is let go. A peer at its limit has its new items refused (the caller counts
+    them): its frames cannot grow this host's memory, however many it sends, and the other
+    peers' accounts are untouched.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held: dict[str, int] = {}
+        self.refused: dict[str, int] = {}  # peer -> items refused at the limit
+
+    def take(self, peer: str, size: int) -> bool:
+        held = self.held.get(peer, 0)
+        if size > 0 and held + size > self.limit:
+            self.refused[peer] = self.refused.get(peer, 0) + 1
+            return False
+        self.held[peer] = held + size
+        return True
+
+    def room(self, peer: str, size: int) -> bool:
+        """Whether `take(peer, size)` would succeed (nothing taken)."""
+        return self.held.get(peer, 0) + size <= self.limit
+
+    def give(self, peer: str, size: int) -> None:
+        held = self.held.get(peer, 0) - size
+        if held > 0:
+            self.held[peer] = held
+        else:
+            self.held.pop(peer, None)
+
+    def forget(self, peer: str) -> None:
+        self.held.pop(peer, None)
+        self.refused.pop(peer, None)
+
+    def status(self) -> dict[str, dict[str, int]]:
+        peers = sorted(set(self.held) | set(self.refused))
+        return {p: {"held_bytes": self.held.get(p, 0), "refused": self.refused.get(p, 0)}
+                for p in peers}

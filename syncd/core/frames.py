@@ -123,7 +123,14 @@ _CHANNEL_KINDS = {
 }
 RESOURCES = "resources"  # the `file` of every resource item: the instance's resources/ tree
 MAX_RESOURCE_NAME = 1024
-MAX_ENTRIES_BODY = 1 << 20
+# Levels of a resource name at most: the largest [resources] max_depth (config.py), which is
+# what a host walks and accepts from peers (resources.py): a level is a directory to create.
+MAX_RESOURCE_DEPTH = 256
+# One manifest item: at most MAX_ENTRIES_PER_ITEM entries (2000 are sent) in MAX_ENTRIES_BODY
+# bytes. Decoding costs ~1.8 KB of memory per entry for a moment: the JSON values are counted
+# (by their commas) before it is parsed, so that no body of tiny values costs more.
+MAX_ENTRIES_PER_ITEM = 4096
+MAX_ENTRIES_BODY = 2 << 20
 
 
 def channel_of(kind: Kind, to: str = "") -> Channel:
@@ -641,8 +648,9 @@ def _item(raw: dict[str, Any], body: memoryview, at: int, max_data: int,
     data = b""
     if kind in _WITH_BODY:
         n = _count(raw, "n")
-        if n > (max(max_data, MAX_ENTRIES_BODY) if kind is Kind.RHAVE else max_data):
-            raise FrameError(f"data item of {n} bytes exceeds {max_data}")
+        limit = MAX_ENTRIES_BODY if kind is Kind.RHAVE else max_data
+        if n > limit:
+            raise FrameError(f"data item of {n} bytes exceeds {limit}")
         if at + n > len(body):
             raise FrameError("item bytes past the end of the frame")
         data = bytes(body[at : at + n])
@@ -759,6 +767,8 @@ def resource_name_problem(name: str) -> str | None:
         return f"empty or longer than {MAX_RESOURCE_NAME} characters"
     if name.startswith("/"):
         return "absolute"
+    if name.count("/") >= MAX_RESOURCE_DEPTH:
+        return f"more than {MAX_RESOURCE_DEPTH} levels deep"
     for part in name.split("/"):
         if (problem := part_problem(part)) is not None:
             return f"component {printable(part)!r}: {problem}"
@@ -775,12 +785,15 @@ def _res_name(header: dict[str, Any]) -> str:
 
 
 def _entries(body: bytes) -> tuple[ResEntry, ...]:
+    if body.count(b",") > 16 * MAX_ENTRIES_PER_ITEM:
+        raise FrameError(f"manifest entries exceed {MAX_ENTRIES_PER_ITEM} (too many values)")
     try:
         raw = orjson.loads(body)
     except orjson.JSONDecodeError:
         raise FrameError("manifest entries are not JSON") from None
-    if not isinstance(raw, list) or len(raw) > MAX_ITEMS * 16:
-        raise FrameError("manifest entries must be a list")
+    if not isinstance(raw, list) or len(raw) > MAX_ENTRIES_PER_ITEM:
+        raise FrameError(f"manifest entries must be a list of at most {MAX_ENTRIES_PER_ITEM} "
+                         "(exceeds)")
     out = []
     for e in raw:
         if not (isinstance(e, list) and len(e) == 5 and isinstance(e[0], str)

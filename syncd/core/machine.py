@@ -268,6 +268,9 @@ class Machine:
         self.settle: Settle | None = None
         self.own_removal_until = float("-inf")
         self.locating: dict[str, float] = {}  # peer -> when we last asked it where we part
+        # peer -> (what, start) of the probe we sent it last: only its answer is read (an
+        # answer nobody asked for would make us read, and count lines, where a peer likes)
+        self.probing: dict[str, tuple[ProbeWhat, int]] = {}
         # peer -> what tells it our copies differ (our digest at an offset both hold): sent
         # again with each locate retry until the peer shows it knows (its announcement names
         # us among its divergences), so that a lost frame never leaves a fork shown on one
@@ -371,10 +374,12 @@ class Machine:
                 return self._partial_plan(self.peers[p].position.size)
             case PeerRefuse(refuse=rf) if ledger is not None:
                 return self._partial_plan(rf.offset)
-            case PeerProbe(probe=p) if ledger is not None and p.what is ProbeWhat.BYTES:
+            case PeerProbe(probe=p) if (ledger is not None and p.what is ProbeWhat.BYTES
+                                        and self.may_serve(False)):
                 start = min(p.start, ledger.size)
                 return ReadPlan(((start, min(ledger.size, start + min(p.count, BLOCK))),))
-            case PeerProbed(probed=p) if p.what is ProbeWhat.BYTES:
+            case PeerProbed(peer=peer, probed=p) if (
+                    p.what is ProbeWhat.BYTES and self._asked(peer, p)):
                 return ReadPlan(((p.start, p.start + len(p.data)),))
         return NO_READS
 
@@ -979,6 +984,7 @@ class Machine:
             del self.diverged[peer]
             self.refusals.pop(peer, None)
             self.locating.pop(peer, None)
+            self.probing.pop(peer, None)
             self.record_dirty = True
             out.append(Log(logging.WARNING, f"{self.name}: {peer}'s copy is consistent with "
                                             "ours again; divergence with it cleared"))
@@ -1252,6 +1258,7 @@ class Machine:
         self.peers.pop(peer, None)
         self.online.pop(peer, None)
         self.locating.pop(peer, None)
+        self.probing.pop(peer, None)
         if self.fetch is not None and self.fetch.peer == peer:
             self.fetch = None
         self.refusals.pop(peer, None)
@@ -1502,16 +1509,32 @@ class Machine:
         if refusal is not None and not self.knows_of_fork(peer):
             out.append(Send(Kind.REFUSE, refusal, to=peer))
         if self.diverged.get(peer) is None or self.diverged[peer].line is None:
-            out.append(Send(Kind.PROBE, Probe(ProbeWhat.SUMS, 0, self._sums_per_frame()),
-                            to=peer))
+            self._probe(peer, ProbeWhat.SUMS, 0, self._sums_per_frame(), out)
+
+    def _probe(self, peer: str, what: ProbeWhat, start: int, count: int,
+               out: list[Effect]) -> None:
+        self.probing[peer] = (what, start)
+        out.append(Send(Kind.PROBE, Probe(what, start, count), to=peer))
+
+    def _asked(self, peer: str, p: Probed) -> bool:
+        """Whether `p` answers the probe we sent `peer` last: same kind, same start, or the
+        start cut to the end of its copy (its blocks, or its bytes)."""
+        asked = self.probing.get(peer)
+        if asked is None or asked[0] is not p.what:
+            return False
+        end = p.size // BLOCK if p.what is ProbeWhat.SUMS else p.size
+        return p.start == asked[1] or (p.start < asked[1] and p.start == end)
 
     def _sums_per_frame(self) -> int:
         return max(1, self.tuning.chunk_bytes // DIGEST_SIZE)
 
     def _answer_probe(self, peer: str, p: Probe, snap: Snapshot, out: list[Effect]) -> None:
-        # Answered even when frozen: reading our own copy changes nothing.
+        # Answered as a request is (may_serve): a frozen copy (a reset, a write on a replica)
+        # has nothing to locate a divergence against. A diverged peer is answered: locating
+        # the first differing byte is what a probe is for. The node checks `writers` and
+        # charges the peer's budget before the probe gets here.
         ledger = self.ledger
-        if ledger is None:
+        if ledger is None or not self.may_serve(False):
             return
         if p.what is ProbeWhat.SUMS:
             blocks = len(ledger.chain) - 1
@@ -1526,19 +1549,20 @@ class Machine:
     def _narrow(self, peer: str, p: Probed, snap: Snapshot, out: list[Effect]) -> None:
         ledger = self.ledger
         found = self.diverged.get(peer)
-        if ledger is None or found is None or found.line is not None:
-            return
+        if ledger is None or found is None or found.line is not None or not self._asked(peer, p):
+            return  # not the answer to the probe we sent last (a late one, or unasked)
+        del self.probing[peer]
         if p.what is ProbeWhat.SUMS:
             theirs = [p.data[i: i + DIGEST_SIZE] for i in range(0, len(p.data), DIGEST_SIZE)]
             block = first_differing_block(ledger.chain, theirs, p.start)
             if block is None:
                 common = min(len(ledger.chain) - 1, p.size // BLOCK)
                 if p.start + len(theirs) < common:
-                    out.append(Send(Kind.PROBE, Probe(ProbeWhat.SUMS, p.start + len(theirs),
-                                                      self._sums_per_frame()), to=peer))
+                    self._probe(peer, ProbeWhat.SUMS, p.start + len(theirs),
+                                self._sums_per_frame(), out)
                     return
                 block = common  # the full blocks agree: it is in the next one
-            out.append(Send(Kind.PROBE, Probe(ProbeWhat.BYTES, block * BLOCK, BLOCK), to=peer))
+            self._probe(peer, ProbeWhat.BYTES, block * BLOCK, BLOCK, out)
             return
         # What the file holds, shipped or not: that is what the operator compares.
         ours = snap.get(p.start, p.start + len(p.data))
@@ -1629,6 +1653,7 @@ class Machine:
         self.refusals.clear()
         self.settle = None
         self.locating.clear()
+        self.probing.clear()
         self.fetch = None
         self._adopt_stat(None)
         self.position = Position.empty()
@@ -1688,6 +1713,7 @@ class Machine:
         out.append(NoteAppending(None))  # about the history just replaced
         self.refusals.clear()
         self.locating.clear()
+        self.probing.clear()
         self._adopt_stat(st)
         self.position = Position(self.ledger.size, self.ledger.digest())
         for view in self.peers.values():

@@ -39,11 +39,12 @@ from __future__ import annotations
 import fnmatch
 import functools
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 
 from syncd.core import frames
+from syncd.core.budget import Holdings
 from syncd.core.frames import Kind, ResEntry
 from syncd.core.refs import required
 
@@ -65,6 +66,33 @@ BIG_TRANSFERS = 1
 MAX_TRANSFERS = 64
 SUM_INTERVAL = 30.0  # seconds between two summaries of an unchanged manifest (a safety net)
 ENTRIES_PER_ITEM = 2000
+# What one manifest entry heard from a peer costs here, in bytes (measured: ~220 besides its
+# name, as a ResEntry in a dict; names count twice, for non-ASCII text): charged to the
+# peer's Holdings while kept.
+ENTRY_COST = 240
+ENTRY_WIRE = 110  # bytes of an entry in a manifest sent, besides its name and origin
+REFUSED_SHOWN = 100  # files refused (too big) that are logged and shown, per instance
+MAX_OFFSETS = 4096  # first differences remembered, per instance (the oldest go first)
+
+
+def entry_cost(e: ResEntry) -> int:
+    return ENTRY_COST + 2 * (len(e.name) + len(e.origin))
+
+
+@dataclass
+class PeerBounds:
+    """What peers' manifests may hold here (docs/peer-limits.md): `max_files` entries per
+    peer's manifest of this instance, within each peer's Holdings; `refuse(peer, reason, n)`
+    counts what was refused."""
+
+    holdings: Holdings = field(default_factory=lambda: Holdings(1 << 62))
+    max_files: int = 1 << 62
+    refuse: Callable[[str, str, int], None] = lambda peer, reason, n: None
+
+    @property
+    def max_parts(self) -> int:
+        """Parts a whole manifest of at most `max_files` entries is sent in."""
+        return max(1, -(-self.max_files // ENTRIES_PER_ITEM))
 
 
 class FileKind(Enum):
@@ -91,12 +119,26 @@ class Rules:
 
     def kind(self, name: str) -> FileKind | None:
         """The rule for `name` (a path relative to resources/), None: it does not travel."""
+        if len(name) > CACHED_NAME:
+            return _rule(self, name)
         return _kind(self, name)
 
 
-@functools.lru_cache(maxsize=1 << 16)  # asked for every name at every sweep
+# Names up to this long are cached: peers announce names too, and the cache must not become
+# a way to hold their memory (at most ~5 MB).
+CACHED_NAME = 128
+
+
+@functools.lru_cache(maxsize=1 << 14)  # asked for every name at every sweep
 def _kind(rules: Rules, name: str) -> FileKind | None:
+    return _rule(rules, name)
+
+
+def _rule(rules: Rules, name: str) -> FileKind | None:
     if frames.resource_name_problem(name) is not None:
+        return None
+    if name.count("/") > rules.max_depth:
+        # Deeper than our own scans go: no peer's name makes us create such a tree either.
         return None
     if any(_match(name, p) for p in TEMP_PATTERNS + rules.exclude):
         return None
@@ -305,6 +347,9 @@ class PeerView:
     # Parts of a whole manifest being received (part number -> entries): complete, it
     # replaces `entries`, so a file the peer no longer holds leaves our view of it.
     parts: dict[int, tuple[ResEntry, ...]] = field(default_factory=dict)
+    parts_of: int = 0  # how many parts that manifest has
+    awaiting: bool = False  # we asked for its whole manifest and it has not come whole yet
+    held: int = 0  # bytes of entries and parts taken from the peer's Holdings
 
 
 @dataclass
@@ -337,13 +382,19 @@ class ResourceMachine:
 
     def __init__(self, node: str, rules: Rules, writers: frozenset[str] | None = None, *,
                  chunk_bytes: int = 256 << 10, window: int = 4 << 20,
-                 timeout: float = 3.0) -> None:
+                 timeout: float = 3.0, serve_max: int | None = None,
+                 bounds: PeerBounds | None = None) -> None:
         self.node = node
         self.rules = rules
         self.writers = writers  # None: every listed host may write
         self.chunk_bytes = chunk_bytes
         self.window = window
         self.timeout = timeout
+        # Bytes one request is answered with, at most (a peer asks for its window at once).
+        self.serve_max = serve_max if serve_max is not None else window
+        self.bounds = bounds or PeerBounds()
+        self.refused_more = 0  # files refused past the REFUSED_SHOWN named in `refused`
+        self.manifest_bytes = 0  # what our whole manifest costs to send (an RLIST's answer)
         self.local: dict[str, ResEntry] = {}
         self.peers: dict[str, PeerView] = {}
         self.transfers: dict[str, Transfer] = {}
@@ -367,15 +418,94 @@ class ResourceMachine:
         old = self.local.get(e.name)
         if old is not None:
             self._acc ^= _entry_hash(old)
+            self.manifest_bytes -= _wire(old)
         self.local[e.name] = e
         self._acc ^= _entry_hash(e)
+        self.manifest_bytes += _wire(e)
 
     def _drop_local(self, name: str) -> bool:
         old = self.local.pop(name, None)
         if old is None:
             return False
         self._acc ^= _entry_hash(old)
+        self.manifest_bytes -= _wire(old)
         return True
+
+    # -- a peer's view, within its bounds ---------------------------------------------------
+
+    def _put_entry(self, peer: str, view: PeerView, e: ResEntry) -> bool:
+        """Keep `e` in our view of `peer`'s manifest, if its bounds allow."""
+        old = view.entries.get(e.name)
+        if old is None and len(view.entries) >= self.bounds.max_files:
+            self.bounds.refuse(peer, "entries", 1)
+            return False
+        cost = entry_cost(e) - (entry_cost(old) if old is not None else 0)
+        if cost > 0 and not self.bounds.holdings.take(peer, cost):
+            self.bounds.refuse(peer, "peer_bytes", 1)
+            return False
+        if cost < 0:
+            self.bounds.holdings.give(peer, -cost)
+        view.entries[e.name] = e
+        view.held += cost
+        return True
+
+    def _drop_entry(self, peer: str, view: PeerView, name: str) -> None:
+        old = view.entries.pop(name, None)
+        if old is not None:
+            cost = entry_cost(old)
+            self.bounds.holdings.give(peer, cost)
+            view.held -= cost
+
+    def _drop_parts(self, peer: str, view: PeerView) -> None:
+        cost = sum(entry_cost(e) for part in view.parts.values() for e in part)
+        self.bounds.holdings.give(peer, cost)
+        view.held -= cost
+        view.parts = {}
+        view.parts_of = 0
+
+    def _add_part(self, peer: str, view: PeerView, part: int, parts: int,
+                  entries: tuple[ResEntry, ...]) -> bool:
+        """Keep one part of a whole manifest until all have come, within the bounds."""
+        if not view.awaiting:
+            # Nobody asked: a whole manifest answers our RLIST only (a late second answer
+            # to a repeated one is dropped too, harmlessly).
+            self.bounds.refuse(peer, "unasked", 1)
+            return False
+        if parts > self.bounds.max_parts:
+            # More parts than a manifest of max_files entries is sent in: none is kept (the
+            # issue's 2**62 parts, part 0 never sent, held every other one for good).
+            self.bounds.refuse(peer, "parts", 1)
+            return False
+        if part == 0 or parts != view.parts_of:
+            self._drop_parts(peer, view)  # a new manifest: what was gathered is stale
+            view.parts_of = parts
+        if part in view.parts:
+            old = view.parts.pop(part)
+            cost = sum(entry_cost(e) for e in old)
+            self.bounds.holdings.give(peer, cost)
+            view.held -= cost
+        if sum(len(p) for p in view.parts.values()) + len(entries) > self.bounds.max_files:
+            self.bounds.refuse(peer, "entries", len(entries))
+            self._drop_parts(peer, view)
+            return False
+        cost = sum(entry_cost(e) for e in entries)
+        if not self.bounds.holdings.take(peer, cost):
+            self.bounds.refuse(peer, "peer_bytes", len(entries))
+            self._drop_parts(peer, view)
+            return False
+        view.parts[part] = entries
+        view.held += cost
+        return True
+
+    def forget_peer(self, peer: str) -> None:
+        """A node removed from [peers]: its view goes, and what it held here with it."""
+        view = self.peers.pop(peer, None)
+        if view is not None:
+            self.bounds.holdings.give(peer, view.held)
+        for name, t in list(self.transfers.items()):
+            if t.peer == peer and not t.installing:
+                del self.transfers[name]
+                self.waiting.add(name)
 
     def conflicts(self) -> list[ConflictView]:
         out = []
@@ -516,9 +646,16 @@ class ResourceMachine:
         self._consider(e.name, now, out)
 
     def _refuse(self, name: str, reason: str, out: list[Effect]) -> None:
-        if self.refused.get(name) != reason:
+        """Logged once per name (a peer may announce one name with ever other sizes), for the
+        first REFUSED_SHOWN names; counted past them."""
+        if name in self.refused:
             self.refused[name] = reason
-            out.append(Refused(name, reason))
+            return
+        if len(self.refused) >= REFUSED_SHOWN:
+            self.refused_more += 1
+            return
+        self.refused[name] = reason
+        out.append(Refused(name, reason))
 
     def _peer_item(self, peer: str, p: frames.Payload, now: float, out: list[Effect]) -> None:
         view = self._view(peer)
@@ -536,17 +673,17 @@ class ResourceMachine:
                 for e in entries:
                     self._heard(peer, view, e, now, out)
             case frames.ResHave(True, entries, _, part, parts):
-                if part == 0:
-                    view.parts = {}
-                view.parts[part] = entries
+                if not self._add_part(peer, view, part, parts, entries):
+                    return
                 if len(view.parts) < parts or set(view.parts) != set(range(parts)):
                     return  # a part lost on the way: the next summary asks again
                 whole = [e for i in range(parts) for e in view.parts[i]]
-                view.parts = {}
-                view.answered = view.asked
+                self._drop_parts(peer, view)
+                view.answered, view.awaiting = view.asked, False
                 names = {e.name for e in whole}
                 gone = sorted(set(view.entries) - names)
-                view.entries = {n: e for n, e in view.entries.items() if n in names}
+                for name in gone:
+                    self._drop_entry(peer, view, name)
                 for e in whole:
                     self._heard(peer, view, e, now, out)
                 for name in gone:  # two peers that disagreed may agree now
@@ -559,13 +696,13 @@ class ResourceMachine:
                         name, digest, ours.digest if ours else None, why), peer))
                     return
                 out.append(Serve(peer, name, digest, ours.size, offset,
-                                 min(length, ours.size - offset)))
+                                 min(length, ours.size - offset, self.serve_max)))
             case frames.ResChunk():
                 self._chunk(peer, p, now, out)
             case frames.ResRefuse(name, digest):
                 held = view.entries.get(name)
                 if held is not None and held.digest == digest:
-                    del view.entries[name]  # it no longer holds what it announced
+                    self._drop_entry(peer, view, name)  # it no longer holds what it announced
                     view.answered = None  # ask for its manifest at its next summary
                 t = self.transfers.get(name)
                 if t is not None and t.peer == peer and t.entry.digest == digest:
@@ -580,7 +717,7 @@ class ResourceMachine:
             return
         if now - view.asked_at < self.timeout:
             return
-        view.asked, view.asked_at = view.heard, now
+        view.asked, view.asked_at, view.awaiting = view.heard, now, True
         out.append(Send(Kind.RLIST, frames.ResList(view.heard), peer))
         # And ours in return: if our last summary was lost, the peer asks too, now rather
         # than at the next SUM_INTERVAL.
@@ -588,6 +725,13 @@ class ResourceMachine:
 
     def _heard(self, peer: str, view: PeerView, e: ResEntry, now: float,
                out: list[Effect]) -> None:
+        if e.name not in view.entries and (
+                len(view.entries) >= self.bounds.max_files
+                or not self.bounds.holdings.room(peer, entry_cost(e))):
+            # Refused before any work on it: past its bounds, a peer's entries cost a check.
+            self.bounds.refuse(peer, "entries" if len(view.entries) >= self.bounds.max_files
+                               else "peer_bytes", 1)
+            return
         kind = self.rules.kind(e.name)
         if kind is None:
             return
@@ -597,8 +741,8 @@ class ResourceMachine:
             old = view.entries.get(e.name)
             if old is not None and version(old) > version(e):
                 return  # an older announcement overtaken by a newer one
-        view.entries[e.name] = e
-        self._consider(e.name, now, out)
+        if self._put_entry(peer, view, e):
+            self._consider(e.name, now, out)
 
     def _consider_waiting(self, now: float, out: list[Effect]) -> None:
         for name in sorted(self.waiting):
@@ -660,8 +804,10 @@ class ResourceMachine:
         n = len(self.transfers)
         if n < BIG_TRANSFERS:
             return True
+        if n >= MAX_TRANSFERS:
+            return False  # before the sum: a peer announcing many names asks this often
         due = sum(t.entry.size - t.got for t in self.transfers.values())
-        return n < MAX_TRANSFERS and due + size <= self.window
+        return due + size <= self.window
 
     def _fetch(self, offers: list[tuple[str, ResEntry]], now: float, out: list[Effect]) -> None:
         entry = offers[0][1]
@@ -741,6 +887,8 @@ class ResourceMachine:
         if ours is None:
             return
         self.offsets[(name, ours.digest, t.entry.digest)] = offset
+        while len(self.offsets) > MAX_OFFSETS:  # a peer may announce ever new digests
+            del self.offsets[next(iter(self.offsets))]
         out.append(Conflict(name, t.peer, offset, ours, t.entry))
         self._consider(name, now, out)  # a third host's copy may differ too
 
@@ -752,6 +900,8 @@ class ResourceMachine:
     def _tick(self, now: float, out: list[Effect]) -> None:
         if now - self._sum_at >= SUM_INTERVAL:
             self._send_sum(now, out)
+            for name in [n for n, at in self.retry_at.items() if at <= now]:
+                del self.retry_at[name]  # past: no longer holds anything back
         for peer, view in sorted(self.peers.items()):
             if view.online:
                 self._maybe_list(peer, view, now, out)
@@ -778,8 +928,10 @@ class ResourceMachine:
         before a kill -9 is that fetched version, not a local write)."""
         self.local = {e.name: e for e in entries}
         self._acc = 0
+        self.manifest_bytes = 0
         for e in self.local.values():
             self._acc ^= _entry_hash(e)
+            self.manifest_bytes += _wire(e)
 
     def status(self) -> dict[str, object]:
         conflicts = self.conflicts()
@@ -791,7 +943,12 @@ class ResourceMachine:
                           "compare": t.compare} for n, t in sorted(self.transfers.items())],
             "conflicts": [c.to_json() for c in conflicts],
             "refused": [{"name": n, "reason": r} for n, r in sorted(self.refused.items())],
+            "refused_more": self.refused_more,
         }
+
+
+def _wire(e: ResEntry) -> int:
+    return ENTRY_WIRE + len(e.name.encode("utf-8", "surrogateescape")) + len(e.origin)
 
 
 def _parts(entries: list[ResEntry]) -> list[tuple[ResEntry, ...]]:

@@ -29,7 +29,21 @@ BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.
 MAX_PENDING = 4096  # live frames awaiting durability, per file (older ones are not observed)
 MAX_GROWTH = 4096  # growth points kept per file for lag in seconds (then merged pairwise)
 
-REJECT_REASONS = ("auth", "unlisted", "writers", "malformed", "too_large", "topic", "replay")
+# Why a frame was refused as a whole (reject_reason), then why one item of an authentic frame
+# was, at a bound of docs/peer-limits.md (Telemetry.refuse).
+FRAME_REASONS = ("auth", "unlisted", "writers", "malformed", "too_large", "topic", "replay")
+LIMIT_REASONS = (
+    "budget",  # a request over its peer's budget ([limits] requests_per_second ...)
+    "duplicate",  # the same request twice in one frame: answered once
+    "parts",  # a whole manifest in more parts than max_resource_files allows
+    "unasked",  # a whole manifest nobody asked for
+    "entries",  # a manifest over [limits] max_resource_files
+    "peer_bytes",  # the peer's frames hold [limits] max_peer_bytes here already
+    "keys",  # a new key over [limits] max_keys
+    "nested",  # a new key inside or above an instance
+    "disk_low",  # remote growth stopped: free space below [limits] min_free_bytes
+)
+REJECT_REASONS = FRAME_REASONS + LIMIT_REASONS
 
 
 def reject_reason(message: str) -> str:
@@ -86,6 +100,15 @@ class Telemetry:
 
     def reject(self, message: str) -> None:
         self.rejected[reject_reason(message)] += 1
+
+    def refuse(self, reason: str, n: int = 1) -> None:
+        """An item of an authentic frame refused at a bound (one of LIMIT_REASONS)."""
+        assert reason in LIMIT_REASONS, reason
+        self.rejected[reason] += n
+
+    def refusals(self) -> dict[str, int]:
+        """Items refused at a bound so far, by reason (status `peer_limits`)."""
+        return {r: self.rejected[r] for r in LIMIT_REASONS if self.rejected[r]}
 
     # --- append → durable -------------------------------------------------------------------
 

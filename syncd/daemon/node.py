@@ -6,6 +6,14 @@ that is not a known replica's file); every key becomes a path through Config.key
 It routes, it does not decide: frames go to the replica of their (key, file), filesystem hints
 to the replica of their path. Its control socket (`syncd status`, `adopt`, `reload`) is served
 by ops/controlserver.py.
+
+What a peer's frames may cost here is bounded before anything is routed (docs/peer-limits.md):
+only a writer's bytes and positions may make a key, and only within `[limits] max_keys`,
+never inside or above another instance (keyspace.py), never while free space is below
+`[limits] min_free_bytes`; every request is charged to the asker's budget by the bytes it
+makes us send (budget.py), once per frame; what waits in a replica's queue is held in the
+sender's account (`max_peer_bytes`). Past a bound the item is refused, counted by reason and
+logged at most once a minute per peer and reason.
 """
 
 from __future__ import annotations
@@ -17,13 +25,14 @@ import itertools
 import logging
 import os
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
 from syncd.config import Config, ConfigError, load_config
 from syncd.core import frames
-from syncd.core.budget import Budgets, serve_cost
+from syncd.core.budget import ANSWER_OVERHEAD, Budgets, Holdings, probe_cost, serve_cost
 from syncd.core.errors import SyncdError
 from syncd.core.events import (
     Event,
@@ -38,6 +47,8 @@ from syncd.core.events import (
 from syncd.core.frames import Channel, FrameError, Kind
 from syncd.core.freshness import ACTIVE_FOR, BEAT_INTERVAL, IDLE_BEAT, PeerStreams, ReplayGuard
 from syncd.core.identity import Identity, IdentityError
+from syncd.core.keyspace import KeySpace
+from syncd.core.ledger import BLOCK, DIGEST_SIZE
 from syncd.core.machine import Tuning
 from syncd.core.names import printable
 from syncd.core.oslimits import shortfalls
@@ -76,6 +87,10 @@ STATUS_SLICE = 0.004  # seconds of building a status before the loop gets a turn
 # A peer may ask us to state every position again (freshness.py): at most once a RESTATE_GAP
 # seconds, however many ask, so that what asking costs us stays bounded.
 RESTATE_GAP = 1.0
+LIMIT_LOG_EVERY = 60.0  # seconds: at most one log line per peer and bound
+FREE_SPACE_EVERY = 1.0  # seconds between two looks at the free space of each filesystem
+# Kinds that make us send or read: each is answered once per frame (a duplicate is dropped).
+_REQUESTS = frozenset({Kind.REQ, Kind.PROBE, Kind.REFUSE, Kind.RLIST, Kind.RREQ})
 
 
 def _event(kind: Kind, sender: str, body: frames.Payload) -> Event | None:
@@ -179,6 +194,13 @@ class Node:
         self.telemetry = Telemetry(time.monotonic())
         self._chores: set[asyncio.Task[None]] = set()  # referenced until done (asyncio docs)
         self.budgets = Budgets(config.limits)  # what each peer's requests may cost us
+        self.holdings = Holdings(config.limits.max_peer_bytes)  # memory on each peer's word
+        self.keyspace = KeySpace()  # the keys replicated here (keyspace.py)
+        self.made_by: dict[str, str] = {}  # key -> the peer whose word made it here
+        self._limit_logged: dict[tuple[str, str], float] = {}  # (peer, reason) -> when
+        self._low_space: dict[str, int] = {}  # filesystems below min_free_bytes: path -> free
+        self._low_since: float | None = None  # wall time remote growth stopped
+        self._space_at = -1e18  # monotonic time of the last look at free space
         # Links, devices, unreadable or too deep directories met below the roots (unsafe.py).
         self.unsafe = UnsafePaths()
         self.resources = ResourceHub(self)  # each instance's resources/ (resourcehub.py)
@@ -322,6 +344,7 @@ class Node:
     async def run(self, ready: Callable[[], None] | None = None) -> None:
         """Run until `stop()`; `ready` is called once replicas are loaded and the link is up."""
         self.check_dirs()
+        self._check_free_space()  # before the first peer's byte: a host may start on a full disk
         self._discover()
         if self.config.watch:
             self._watcher.start()  # says itself when it gets no inotify instance
@@ -428,11 +451,16 @@ class Node:
         self._window.window = config.batch_window
         self._window.flush()
         self.budgets.configure(config.limits)
+        self.holdings.limit = config.limits.max_peer_bytes
+        self._space_at = -1e18  # a new floor: look again at the next sweep
         for (key, file), r in list(self.replicas.items()):
             if not config.wants_key(key) or file not in config.files_of(key):
                 await r.stop()
                 del self.replicas[(key, file)]
                 self._by_path.pop(str(r.path), None)
+                if not any(k == key for k, _ in self.replicas):
+                    self.keyspace.discard(key)
+                    self.made_by.pop(key, None)
                 log.info("reload: %s is no longer replicated", r.name)
             else:
                 r.retune(self.tuning())
@@ -463,7 +491,9 @@ class Node:
 
     # --- discovery and hints ----------------------------------------------------------------
 
-    def _replica(self, key: str, file: str) -> Replica | None:
+    def _replica(self, key: str, file: str, peer: str | None = None) -> Replica | None:
+        """The replica of (key, file), made if the config wants it. `peer`: made on that
+        peer's word (its bytes or position), so within the bounds of a new key."""
         r = self.replicas.get((key, file))
         if r is None:
             if not self.config.wants_key(key) or file not in self.config.files_of(key):
@@ -480,9 +510,23 @@ class Node:
                 # (and every open goes through its levels again: disk/tree.py).
                 self._refuse(key, f"{printable(str(linked))} is a symbolic link (not followed)")
                 return None
+            if peer is not None and key not in self.keyspace:
+                refusal = self._new_key_refusal(key, root.path, parts)
+                if refusal is not None:
+                    reason, why = refusal
+                    if reason == "keys":  # who took them: the operator's first question
+                        made = Counter(self.made_by.values()).most_common(3)
+                        why += "; made on peers' word: " + (", ".join(
+                            f"{n} by {p}" for p, n in made) or "none")
+                    self._refuse(key, f"announced by {peer}: {why}")
+                    self.refused(peer, reason, f"new keys ({printable(key)}: {why})")
+                    return None
+                self.made_by[key] = peer
             r = Replica(self, key, file, spot / file)
             self.replicas[(key, file)] = r
             self._by_path[str(r.path)] = r
+            self.keyspace.add(key)
+            self._refused.pop(key, None)  # refused before (a full disk): no longer
             # The replica's task inherits this context: its log lines carry key and file as
             # fields (JSON logs) without every call passing them.
             token = logs.FIELDS.set({"key": key, "file": file})
@@ -503,6 +547,40 @@ class Node:
         for node in set(r.machine.peers) | set(r.machine.diverged):
             if node not in self.config.peers:
                 r.forget_peer(node)
+
+    def _new_key_refusal(self, key: str, root: Path,
+                         parts: tuple[str, ...]) -> tuple[str, str] | None:
+        """(reason, why) a peer may not make `key` here now; None: it may (keyspace.py)."""
+        refusal = self.keyspace.refusal(key, self.config.limits.max_keys)
+        if refusal is not None:
+            return refusal
+        # An instance on disk that discovery has not listed yet (made a moment ago, or one
+        # that include/exclude leave out): a directory above the key holding a log file.
+        for depth in range(1, len(parts)):
+            above = root.joinpath(*parts[:depth])
+            for name in self.config.all_files():
+                with contextlib.suppress(OSError):
+                    if os.lstat(above / name):
+                        return "nested", f"inside the instance {printable(str(above))}"
+        why = self.growth_problem(key)
+        if why is not None:
+            return "disk_low", why
+        return None
+
+    def is_instance(self, key: str) -> bool:
+        return key in self.keyspace
+
+    def instance_for(self, key: str, peer: str) -> bool:
+        """Whether `key` is an instance here, made on `peer`'s word (a writer's resource
+        files) within the bounds of a new key: the replicas of its files come first."""
+        if key in self.keyspace:
+            return True
+        if not self.config.may_write(key, peer):
+            return False
+        for file in self.config.files_of(key):
+            if self._replica(key, file, peer) is None:
+                return False
+        return key in self.keyspace
 
     def _refuse(self, key: str, reason: str) -> None:
         """A key this node was asked to replicate (found here, or a peer's) that it cannot:
@@ -617,6 +695,7 @@ class Node:
         cursor, rounds, sweeps = 0, 0, 0
         while True:
             await asyncio.sleep(self.config.sweep_interval)
+            self._check_free_space()
             sweeps += 1
             if not self.config.watch or sweeps % DISCOVER_EVERY == 0:
                 if self.config.watch:
@@ -688,6 +767,8 @@ class Node:
         except FrameError as e:
             self._reject(topic, str(e), route.sender)
             return
+        if route.channel is Channel.POSITION and self._claimed(sender, frame.items[0]) is None:
+            return  # no key of ours, nor one it may make: no replay state kept for it either
         verdict = self._guard.check(route.channel, topic, frame)
         if verdict.reason is not None:
             self._reject(topic, verdict.reason, route.sender)
@@ -699,6 +780,7 @@ class Node:
                         None)
             every = beat.every_ms / 1000 if beat is not None and beat.every_ms else BEAT_INTERVAL
             self._streams.frame(sender, frame.epoch, frame.lane, time.time(), every)
+        asked: set[tuple[Kind, str, str, frames.Payload]] = set()
         for item in frame.items:
             self.telemetry.count("received", item.kind.value, item.size)
             if item.kind is Kind.BEAT:
@@ -709,7 +791,30 @@ class Node:
             elif item.kind is Kind.ASK:
                 self._asked_by(sender)
             else:
+                if item.kind in _REQUESTS:
+                    # One answer per request per frame: 100 copies of a probe cost one.
+                    seen = (item.kind, item.key, item.file, item.payload)
+                    if seen in asked:
+                        # Counted, not logged: a healthy host repeats a refusal when it also
+                        # starts locating the fork.
+                        self.telemetry.refuse("duplicate")
+                        continue
+                    asked.add(seen)
                 self._deliver(sender, frame, item)
+
+    def _claimed(self, sender: str, item: frames.Item) -> Replica | None:
+        """The replica a claim (a position, bytes) is about, made on a writer's word within
+        the bounds of a new key; None: it does not count here. For a position topic this is
+        asked before the replay guard, which keeps state per topic: a refused key leaves
+        none (an old authentic position may then make the key its writer once had)."""
+        if not self.config.may_write(item.key, sender):
+            # The key's `writers` do not include the sender: its positions (which would make
+            # us fetch from it) do not count here, and bytes it sends are refused.
+            if item.kind is not Kind.POS:
+                self._reject(f"{item.key}/{item.file}", f"{sender} is not among the writers "
+                             f"of {item.key}", frames.level(sender))
+            return None
+        return self._replica(item.key, item.file, sender)
 
     def _deliver(self, sender: str, frame: frames.Frame, item: frames.Item) -> None:
         if item.kind in RESOURCE_KINDS:
@@ -718,38 +823,147 @@ class Node:
         event = _event(item.kind, sender, item.payload)
         if event is None:
             return
+        if item.kind in _CLAIMS:
+            replica = self._claimed(sender, item)
+        else:
+            # Requests, refusals and probes are about a file we hold, or about nothing.
+            replica = self.replicas.get((item.key, item.file))
+        if replica is None:
+            return
         if item.kind is Kind.POS and not self._guard.newest_position(
                 sender, item.key, item.file, frame.epoch, frame.seq):
             return  # a retained copy older than a batched one already heard: not news
-        if item.kind in _CLAIMS and not self.config.may_write(item.key, sender):
-            # The key's `writers` do not include the sender: its positions (which would make
-            # us fetch from it) do not count here, and bytes it sends are refused.
-            if item.kind is not Kind.POS:
-                self._reject(f"{item.key}/{item.file}", f"{sender} is not among the writers "
-                             f"of {item.key}", frames.level(sender))
-            return
-        replica = self._replica(item.key, item.file)
-        if replica is None:
+        if item.kind is Kind.PROBE and not self.config.may_write(item.key, sender) \
+                and sender not in replica.machine.diverged:
+            # A probe locates a divergence: from a host whose copy cannot count for the key
+            # (not among its writers), only once we know that its copy differs from ours.
+            self._reject(f"{item.key}/{item.file}", f"{sender} is not among the writers of "
+                         f"{item.key} (a probe)", frames.level(sender))
             return
         if (item.kind is Kind.LIVE and replica.machine.frozen is None
                 and sender not in replica.machine.diverged):
             assert isinstance(item.payload, frames.Data)
             self.telemetry.expect(item.key, item.file, sender, item.payload.end, frame.ts,
                                   replica.machine.position.size)
-        if isinstance(event, PeerRequest) and not self._within_budget(event, replica):
+        cost = self._request_cost(event, replica)
+        if cost is not None and not self.charge(sender, cost):
             return  # dropped and counted; the requester asks again after its timeout
-        replica.deliver(event)
+        size = ANSWER_OVERHEAD + (len(event.data.data) if isinstance(event, PeerData) else 0)
+        if not self.holdings.take(sender, size):
+            # Its events already hold max_peer_bytes here, waiting for replicas: dropped like
+            # a lost frame (anti-entropy asks again once the queues have drained).
+            self.refused(sender, "peer_bytes", "queued frames")
+            return
+        replica.deliver_held(event, sender, size)
 
-    def _within_budget(self, event: PeerRequest, replica: Replica) -> bool:
-        """Whether to serve a peer's request (syncd/core/budget.py); logs drops once a minute."""
-        r, now = event.request, time.monotonic()
-        cost = serve_cost(r.have, r.start, r.length, replica.machine.held, self.fetch_window)
-        if self.budgets.admit(event.peer, cost, now):
+    def _request_cost(self, event: Event, replica: Replica) -> int | None:
+        """Bytes a peer's request makes us send or read (None: it is no request)."""
+        m = replica.machine
+        match event:
+            case PeerRequest(request=r):
+                return serve_cost(r.have, r.start, r.length, m.held, self.fetch_window)
+            case PeerProbe(probe=p):
+                blocks = len(m.ledger.chain) - 1 if m.ledger is not None else 0
+                return probe_cost(p.what is frames.ProbeWhat.SUMS, p.start, p.count, m.held,
+                                  blocks, max(1, self.chunk_bytes // DIGEST_SIZE), BLOCK,
+                                  DIGEST_SIZE)
+            case PeerRefuse(refuse=rf):
+                # Our digest at its offset: a read of up to one block, then perhaps a refusal
+                # and a probe of our own.
+                return ANSWER_OVERHEAD + min(rf.offset, m.held) % BLOCK
+        return None
+
+    def charge(self, peer: str, cost: int) -> bool:
+        """Whether to serve a peer's request that makes us send `cost` bytes (budget.py);
+        logs drops once a minute."""
+        now = time.monotonic()
+        if self.budgets.admit(peer, cost, now):
             return True
-        line = self.budgets.report(event.peer, now)
+        self.telemetry.refuse("budget")
+        line = self.budgets.report(peer, now)
         if line is not None:
-            log.warning("%s", line, extra={"peer": event.peer})
+            log.warning("%s", line, extra={"peer": peer})
         return False
+
+    def refused(self, peer: str, reason: str, what: str, n: int = 1) -> None:
+        """`n` items of `peer` refused at a bound: counted by reason; logged at most once a
+        minute per peer and bound, so that a peer's flood does not flood the log."""
+        self.telemetry.refuse(reason, n)
+        now = time.monotonic()
+        if now - self._limit_logged.get((peer, reason), -1e18) < LIMIT_LOG_EVERY:
+            return
+        if len(self._limit_logged) > 1000:
+            self._limit_logged.clear()
+        self._limit_logged[(peer, reason)] = now
+        lim = self.config.limits
+        bound = {
+            "duplicate": "answered once per frame",
+            "parts": "a whole manifest in more parts than [limits] max_resource_files allows",
+            "unasked": "a whole manifest this host did not ask for",
+            "entries": f"over [limits] max_resource_files ({lim.max_resource_files})",
+            "peer_bytes": f"its frames hold [limits] max_peer_bytes ({lim.max_peer_bytes}) "
+                          "here already",
+            "keys": f"over [limits] max_keys ({lim.max_keys})",
+            "nested": "a key inside or above another instance",
+            "disk_low": "remote growth stopped: free space below [limits] min_free_bytes "
+                        f"({lim.min_free_bytes})",
+        }.get(reason, reason)
+        log.warning("peer %s: %s refused: %s (%d refused so far for this reason; "
+                    "docs/peer-limits.md)", peer, what, bound, self.telemetry.rejected[reason],
+                    extra={"peer": peer})
+
+    # --- free space -------------------------------------------------------------------------
+
+    def _check_free_space(self) -> None:
+        """statvfs of each root (and glob's directory) and of state_dir, at most once a
+        FREE_SPACE_EVERY: below `[limits] min_free_bytes`, no peer's bytes are written there
+        (replica.py, resourcehub.py) and no key is made on a peer's word."""
+        now = time.monotonic()
+        if now - self._space_at < FREE_SPACE_EVERY:
+            return
+        self._space_at = now
+        floor = self.config.limits.min_free_bytes
+        low: dict[str, int] = {}
+        if floor > 0:
+            for path in {*self.config.roots.watch_dirs(), self.state_dir}:
+                try:
+                    st = os.statvfs(path)
+                except OSError:
+                    continue  # a root that is not there yet: discovery says so
+                free = st.f_bavail * st.f_frsize
+                if free < floor:
+                    low[str(path)] = free
+        if bool(low) != bool(self._low_space):
+            if low:
+                self._low_since = time.time()
+                log.error("remote growth stopped: free space %s below [limits] "
+                          "min_free_bytes (%d bytes); no peer's bytes are written here until "
+                          "there is more (the local writer keeps the rest)",
+                          ", ".join(f"on {p} is {n} bytes" for p, n in sorted(low.items())),
+                          floor)
+            else:
+                log.warning("remote growth resumed: free space is above [limits] "
+                            "min_free_bytes (%d bytes) again", floor)
+                self._low_since = None
+        self._low_space = low
+
+    def growth_problem(self, key: str) -> str | None:
+        """Why no peer's bytes may be written for `key` now (None: they may)."""
+        if not self._low_space:
+            return None
+        state = self._low_space.get(str(self.state_dir))
+        if state is not None:
+            return (f"free space in state_dir is {state} bytes, below [limits] "
+                    f"min_free_bytes ({self.config.limits.min_free_bytes})")
+        try:
+            root = self.config.roots.locate(key)[0].path
+        except KeyPathError:
+            return None
+        for path, free in self._low_space.items():
+            if root.is_relative_to(path):
+                return (f"free space on {path} is {free} bytes, below [limits] "
+                        f"min_free_bytes ({self.config.limits.min_free_bytes})")
+        return None
 
     def _subscriptions(self) -> list[str]:
         return frames.subscriptions(self._prefix, self.node, self.config.peers)
@@ -785,6 +999,8 @@ class Node:
         self.presence_since.pop(node, None)
         self.telemetry.forget(node)
         self.budgets.forget(node)
+        self.resources.forget_peer(node)
+        self.holdings.forget(node)
         for r in self.replicas.values():
             if r.loaded.is_set():  # else _after_load does it
                 r.forget_peer(node)
@@ -973,6 +1189,7 @@ class Node:
             "ready_count": {"yes": ready, "no": len(files) - ready},
             "rejected_frames": self.rejected,
             "peer_budgets": self.budgets.status(),
+            "peer_limits": self._limits_status(),
             "uptime_s": round(time.time() - self.started, 1),
             "files": files,
             "resources": self.resources.status(),
@@ -982,6 +1199,22 @@ class Node:
             # shows each as state "error" with its reason.
             "skipped": skipped,
             **self.os_limits(),
+        }
+
+
+    def _limits_status(self) -> dict[str, Any]:
+        """What the bounds of docs/peer-limits.md hold and refused (status `peer_limits`)."""
+        lim = self.config.limits
+        return {
+            "keys": len(self.keyspace),
+            "max_keys": lim.max_keys,
+            "keys_made_by": dict(sorted(Counter(self.made_by.values()).items())),
+            "remote_growth": {"stopped": bool(self._low_space), "since": self._low_since,
+                              "low": dict(sorted(self._low_space.items())),
+                              "min_free_bytes": lim.min_free_bytes},
+            "refused": self.telemetry.refusals(),
+            "held": self.holdings.status(),
+            "max_peer_bytes": lim.max_peer_bytes,
         }
 
 

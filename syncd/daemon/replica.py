@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Protocol
 
 from syncd.core import frames
+from syncd.core.budget import Holdings
 from syncd.core.errors import ConcurrentWrite, FileReplaced
 from syncd.core.events import (
     EMPTY,
@@ -100,8 +101,12 @@ class Host(Protocol):
     syncer: GroupSync
     state_dir: Path
     presence: dict[str, bool]
+    holdings: Holdings  # what peers' queued events hold here (docs/peer-limits.md)
 
     def tuning(self) -> Tuning: ...
+
+    def growth_problem(self, key: str) -> str | None:
+        """Why no peer's bytes may be written for `key` now (free space below the floor)."""
 
     def role_of(self, key: str) -> str: ...
 
@@ -144,6 +149,8 @@ class Replica:
         self.verifier = IncrementalVerifier(spot, host.records.folder(key) / f"{file}.verify")
         self.loaded = asyncio.Event()  # set once the start-up check is done (even if it failed)
         self._inbox: deque[Event] = deque()
+        # id(event) -> (peer, bytes) of queued peers' events, taken from host.holdings
+        self._held: dict[int, tuple[str, int]] = {}
         self._look_pending = False
         self._busy = False  # counted in host.busy
         self._wake = asyncio.Event()
@@ -192,6 +199,9 @@ class Replica:
             with contextlib.suppress(OSError):
                 self._persist(m._persist_record(durable=True))
         await self.verifier.close()
+        for peer, size in self._held.values():
+            self.host.holdings.give(peer, size)
+        self._held.clear()
         if self._busy:
             self._busy = False
             self.host.busy -= 1
@@ -213,6 +223,17 @@ class Replica:
             if not self._unhandled[event.peer]:
                 del self._unhandled[event.peer]
                 self._unhandled_since.pop(event.peer, None)
+
+    def deliver_held(self, event: Event, peer: str, size: int) -> None:
+        """A peer's event whose `size` bytes the node took from the peer's Holdings: given
+        back when the event leaves the queue (handled, or the replica stopped)."""
+        self._held[id(event)] = (peer, size)
+        self.deliver(event)
+
+    def _release(self, event: Event) -> None:
+        held = self._held.pop(id(event), None)
+        if held is not None:
+            self.host.holdings.give(*held)
 
     def hint_local(self, replaced: bool = False) -> None:
         """Look at the local file again; `replaced`: the watcher saw it deleted or moved over
@@ -340,6 +361,8 @@ class Replica:
                 event: Event = LOOK
             else:
                 event = self._inbox.popleft()
+                if self._held:
+                    self._release(event)
             try:
                 await self._handle(event)
             finally:
@@ -435,6 +458,12 @@ class Replica:
     # --- effects with results -----------------------------------------------------------------
 
     def _append(self, e: Append) -> Event:
+        # Every Append is a peer's bytes (the local writer writes its own): none while free
+        # space is below [limits] min_free_bytes, so that a full disk never stops the writer.
+        # The machine pauses as on ENOSPC, and tries again every few seconds.
+        why = self.host.growth_problem(self.key)
+        if why is not None:
+            return AppendFailed("full", f"not written: {why}")
         try:
             if e.inode is None:
                 os.close(tree.open_dir(self.spot.parent, create_from=0))

@@ -4,6 +4,12 @@ The node hands over resource items, hints under an instance's resources/, its sw
 connection and peers' presence; this file finds the instance's ResourceFiles (creating it for a
 key this node replicates), applies the key's `writers` and the peers' serving budgets, and
 answers the readiness question "which files the log references are missing here".
+
+Bounds (docs/peer-limits.md): a peer's word makes a ResourceFiles only for an instance this
+host replicates, or for a key its files (a writer's) may create by the node's rules; every
+request is charged to the asker's budget by the bytes it makes us send (a whole manifest, a
+window of a file); what waits for an instance's first scan is held in the sender's Holdings;
+no fetched bytes are written while remote growth is stopped (free space below the floor).
 """
 
 from __future__ import annotations
@@ -15,10 +21,19 @@ from typing import Any, Protocol
 
 from syncd.config import Config
 from syncd.core import frames
-from syncd.core.budget import Budgets
+from syncd.core.budget import ANSWER_OVERHEAD, Budgets, Holdings, chunked_cost
 from syncd.core.frames import Kind
 from syncd.core.names import printable
-from syncd.core.resources import Connected, PeerItem, PeerPresence, PeerView, ResourceMachine
+from syncd.core.resources import (
+    ENTRIES_PER_ITEM,
+    Connected,
+    PeerBounds,
+    PeerItem,
+    PeerPresence,
+    PeerView,
+    ResourceMachine,
+    entry_cost,
+)
 from syncd.core.roots import KeyPathError
 from syncd.core.spot import Spot
 from syncd.daemon.resourcefiles import ResourceFiles, ResourceHost
@@ -47,8 +62,25 @@ class HubHost(ResourceHost, Protocol):
     config: Config
     records: RecordStore
     budgets: Budgets
+    holdings: Holdings
 
     def is_online(self, node: str) -> bool: ...
+
+    def is_instance(self, key: str) -> bool:
+        """Whether this host replicates `key` (its log's replica exists)."""
+
+    def instance_for(self, key: str, peer: str) -> bool:
+        """Whether `key` is an instance here, made on `peer`'s word if the bounds allow (the
+        refusal is counted and logged by the host)."""
+
+    def charge(self, peer: str, cost: int) -> bool:
+        """Whether `peer`'s request that sends `cost` bytes is within its budget (paid)."""
+
+    def refused(self, peer: str, reason: str, what: str, n: int = 1) -> None:
+        """Count (and log, at most once a minute per peer and reason) refused items."""
+
+    def growth_problem(self, key: str) -> str | None:
+        """Why no peer's bytes may be written for `key` now (None: they may)."""
 
 
 class ResourceHub:
@@ -57,6 +89,8 @@ class ResourceHub:
         self.files: dict[str, ResourceFiles] = {}
         self.dropped = 0  # items refused here (wrong file, not a writer, over budget)
         self._cursor = 0  # where the next sweep's round-robin batch starts
+        # key -> peer -> bytes of its items waiting for the instance's first scan (Holdings)
+        self._preload: dict[str, dict[str, int]] = {}
 
     def ensure(self, key: str, if_present: bool = False) -> ResourceFiles | None:
         """The instance's resources, made on first need. `if_present`: only if its
@@ -76,12 +110,16 @@ class ResourceHub:
         if if_present and not _present(folder):
             return None
         writers = config.keys[key].writers if key in config.keys else None
+        bounds = PeerBounds(self.host.holdings, config.limits.max_resource_files,
+                            lambda peer, reason, n: self.host.refused(
+                                peer, reason, f"manifest entries of {printable(key)}", n))
         machine = ResourceMachine(config.node, rules,
                                   frozenset(writers) if writers is not None else None,
                                   chunk_bytes=config.chunk_bytes,
                                   window=min(config.fetch_window_bytes,
                                              RESOURCE_WINDOW_CHUNKS * config.chunk_bytes),
-                                  timeout=config.request_timeout)
+                                  timeout=config.request_timeout,
+                                  serve_max=config.fetch_window_bytes, bounds=bounds)
         for node in config.peers:
             if node != config.node:  # presence heard before this key was found
                 machine.peers[node] = PeerView(online=self.host.is_online(node))
@@ -100,17 +138,70 @@ class ResourceHub:
                                      or config.role_of(item.key) == "source"):
             self.dropped += 1  # a `source` takes no remote files either (it serves them)
             return
-        if isinstance(item.payload, frames.ResAsk):
-            cost = item.payload.length
-            if not self.host.budgets.admit(sender, cost, time.monotonic()):
+        p = item.payload
+        r = self.files.get(item.key)
+        if r is None:
+            if isinstance(p, frames.ResSum) and p.count == 0:
+                return  # an empty manifest, of an instance with none here either: nothing to do
+            # A writer's files may make the instance (as its log's bytes would); a request or
+            # a refusal is about an instance we hold, or about nothing.
+            known = (self.host.instance_for(item.key, sender) if item.kind in _CLAIMS
+                     else self.host.is_instance(item.key))
+            r = self.ensure(item.key) if known else None
+            if r is None:
                 self.dropped += 1
-                return  # asked again after the requester's timeout
-        if (item.key not in self.files and isinstance(item.payload, frames.ResSum)
-                and item.payload.count == 0):
-            return  # an empty manifest, of an instance with none here either: nothing to do
-        r = self.ensure(item.key)
-        if r is not None:
-            r.deliver(PeerItem(sender, item.payload))
+                return
+        cost = self._cost(r, p)
+        if cost is not None and not self.host.charge(sender, cost):
+            self.dropped += 1
+            return  # asked again after the requester's timeout
+        if isinstance(p, frames.ResChunk) and self.host.growth_problem(item.key):
+            self.host.refused(sender, "disk_low", f"resource bytes of {printable(item.key)}")
+            self.dropped += 1
+            return  # fetched again once space is back (the transfer times out meanwhile)
+        if not r.loaded and not self._hold_until_loaded(item.key, sender, p):
+            self.dropped += 1
+            return
+        r.deliver(PeerItem(sender, p))
+
+    def _cost(self, r: ResourceFiles, p: frames.Payload) -> int | None:
+        """Bytes a request makes us send (None: it is no request): what the machine answers,
+        a window of the file at most, or the whole manifest."""
+        m = r.machine
+        if isinstance(p, frames.ResAsk):
+            ours = m.local.get(p.name)
+            if ours is None or ours.digest != p.digest or p.offset > ours.size:
+                return ANSWER_OVERHEAD  # a refusal
+            length = min(p.length, ours.size - p.offset, m.serve_max)
+            return chunked_cost(length, m.chunk_bytes)
+        if isinstance(p, frames.ResList):
+            return m.manifest_bytes + ANSWER_OVERHEAD * (len(m.local) // ENTRIES_PER_ITEM + 1)
+        return None
+
+    def _hold_until_loaded(self, key: str, sender: str, p: frames.Payload) -> bool:
+        """Items that wait for an instance's first scan are held in the sender's account."""
+        size = ANSWER_OVERHEAD + len(getattr(p, "data", b""))
+        if isinstance(p, frames.ResHave):
+            size += sum(entry_cost(e) for e in p.entries)
+        if not self.host.holdings.take(sender, size):
+            self.host.refused(sender, "peer_bytes", f"resource items for {printable(key)}")
+            return False
+        held = self._preload.setdefault(key, {})
+        held[sender] = held.get(sender, 0) + size
+        return True
+
+    def _release_loaded(self) -> None:
+        for key in [k for k, r in self.files.items() if r.loaded and k in self._preload]:
+            for peer, size in self._preload.pop(key).items():
+                self.host.holdings.give(peer, size)
+
+    def forget_peer(self, node: str) -> None:
+        """A node removed from [peers]: its manifests, and what they held here, go."""
+        for r in self.files.values():
+            r.machine.forget_peer(node)
+        for held in self._preload.values():
+            size = held.pop(node, 0)
+            self.host.holdings.give(node, size)
 
     def hint(self, key: str, path: str) -> None:
         """A change at `path`, inside the instance directory of `key`."""
@@ -131,6 +222,7 @@ class ResourceHub:
         # changes at once, this finds what they missed. With inotify on, an idle instance is
         # looked at once per SWEEP_INSTANCES-sized round (its summary timer can wait that
         # long); one with transfers under way, every sweep.
+        self._release_loaded()
         now = time.monotonic()
         files = list(self.files.values())
         watch = self.host.config.watch
@@ -165,6 +257,8 @@ class ResourceHub:
                 del self.files[key]
                 continue
             r.machine.rules = rules
+            r.machine.bounds.max_files = config.limits.max_resource_files
+            r.machine.serve_max = config.fetch_window_bytes
             writers = config.keys[key].writers if key in config.keys else None
             r.machine.writers = frozenset(writers) if writers is not None else None
             r.machine.refused.clear()

@@ -34,6 +34,7 @@ import logging
 import socket
 import ssl
 import termios
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -55,6 +56,9 @@ SUBSCRIBE_TIMEOUT = 10.0
 # waits for our ACK, up to 40 ms. Linux forgets TCP_QUICKACK, so it is set after every read.
 _QUICKACK = getattr(socket, "TCP_QUICKACK", None)
 READS_PER_WAKE = 64  # MQTT packets read per wake-up at most: a burst costs one loop turn
+# Seconds of handling per wake-up at most: a peer's burst of heavy frames (manifests of
+# thousands of entries cost 0.2-0.5 s each) must let the loop turn, or nothing else runs.
+READ_BUDGET = 0.05
 
 
 class LinkError(SyncdError):
@@ -219,6 +223,7 @@ class Session:
     def _readable(self) -> None:
         c = self._client
         self._reading = True
+        until = time.monotonic() + READ_BUDGET
         try:
             for _ in range(READS_PER_WAKE):
                 # paho reads one packet per call, or a few: go on while bytes wait (an SSL
@@ -227,12 +232,21 @@ class Session:
                     break
                 if not (_unread(self._sock) or getattr(self._sock, "pending", _nothing)()):
                     break
+                if time.monotonic() >= until:
+                    # Go on at the next turn (an SSL socket's decoded bytes would not wake
+                    # the selector again).
+                    asyncio.get_running_loop().call_soon(self._read_more)
+                    break
         finally:
             self._reading = False
         if _QUICKACK is not None and self._sock is not None:
             with contextlib.suppress(OSError):
                 self._sock.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
         self._pump()
+
+    def _read_more(self) -> None:
+        if self._sock is not None and not self._reading:
+            self._readable()
 
     def _pump(self) -> None:
         """Write what paho holds; watch for writability only while something is left."""

@@ -134,6 +134,19 @@ def families(status: Status) -> list[Metric]:
     for peer, b in status.get("peer_budgets", {}).items():
         requests.add_metric([peer, "served"], b["served_requests"])
         requests.add_metric([peer, "dropped"], b["dropped_requests"])
+    limits = status.get("peer_limits", {})
+    growth = limits.get("remote_growth", {})
+    stopped = GaugeMetricFamily(
+        "syncd_remote_growth_stopped", "1 while no peer's bytes are written here: free space "
+        "below [limits] min_free_bytes")
+    stopped.add_metric([], 1 if growth.get("stopped") else 0)
+    keys = GaugeMetricFamily("syncd_keys", "instance keys replicated here ([limits] max_keys "
+                             "bounds what peers may add)")
+    keys.add_metric([], limits.get("keys", 0))
+    held = GaugeMetricFamily("syncd_peer_held_bytes", "memory a peer's frames hold here "
+                             "(estimated; [limits] max_peer_bytes)", labels=["peer"])
+    for peer, h in limits.get("held", {}).items():
+        held.add_metric([peer], h["held_bytes"])
     res = status.get("resources", [])
     conflicts = GaugeMetricFamily(
         "syncd_resource_conflicts", "write-once resource files whose bytes differ from a peer's "
@@ -164,7 +177,8 @@ def families(status: Status) -> list[Metric]:
     build.add_metric([__version__, platform.python_version()], 1)
     return [build, connected, reconnects, info, switches, queued, dropped, rejected, online,
             by_state, diverged, unreplicated, size, ready, behind, lag, lag_s, requests,
-            conflicts, missing, res_files, skipped_paths, unsafe, *counters.values(), *limits,
+            stopped, keys, held,
+            conflicts, missing, res_files, skipped_paths, unsafe, *counters.values(),
             *traffic(status.get("telemetry", {}))]
 
 
@@ -201,7 +215,9 @@ def traffic(t: Mapping[str, Any]) -> list[Metric]:
     for direction, kind, n in t.get("bytes", []):
         sizes.add_metric([direction, kind], n)
     rejected = CounterMetricFamily("syncd_rejected_frames_by_reason",
-                                   "frames refused, by reason", labels=["reason"])
+                                   "frames refused, and items of authentic frames refused at "
+                                   "a bound (docs/peer-limits.md), by reason",
+                                   labels=["reason"])
     counts = t.get("rejected", {})
     for reason in [*REJECT_REASONS, *sorted(set(counts) - set(REJECT_REASONS))]:
         rejected.add_metric([reason], counts.get(reason, 0))

@@ -32,3 +32,18 @@ def test_quick_chaos_with_network_partitions(tmp_path: Path) -> None:
     assert summary.bytes_lost == 0 and summary.bytes_changed == 0, summary.table()
     assert summary.refused == summary.refusals_expected, summary.table()
     assert set(summary.injected) & set(PARTITION_FAULTS), summary.table()
+
+
+def test_quick_hostile_chaos_bounds_hold(tmp_path: Path) -> None:
+    """Issue #23: a listed host sending hostile frames of every kind, and a local bot planting
+    links, deep trees and unreadable directories (the long mode: python -m
+    tests.support.chaos --hostile --frames 10000 --plants 200)."""
+    from tests.support.hostile_chaos import run_hostile
+
+    summary = run_hostile(tmp_path, frames_total=int(os.environ.get("CHAOS_FRAMES", "200")),
+                          plants=12, seed=int(os.environ.get("CHAOS_SEED", "20261202")),
+                          check_every=10, log=lambda line: None)
+    print(summary.table())
+    assert not summary.failures(), summary.table()
+    assert summary.copies_checked >= 4 and summary.resources_checked > 0, summary.table()
+    assert sum(summary.frames.values()) >= 200 and sum(summary.plants.values()) == 12

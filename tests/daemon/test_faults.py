@@ -32,7 +32,9 @@ def test_disk_full_on_a_replica_pauses_and_resumes(
     broker: Broker, make_daemon: Callable[..., Daemon], small_disk: Path
 ) -> None:
     a = make_daemon("a", broker)
-    b = make_daemon("b", broker, start=False)
+    # No floor: this is the disk itself refusing (ENOSPC); the floor that keeps free space for
+    # the local writer is test_bounds.py::test_remote_growth_stops_above_min_free_bytes...
+    b = make_daemon("b", broker, start=False, extra="[limits]\nmin_free_bytes = 0\n")
     b.runtimes.rmdir()
     b.runtimes.symlink_to(small_disk)  # b's copies live on the small disk
     b.start()

@@ -297,3 +297,32 @@ def test_malformed_resource_items_say_why(item: dict[str, object], body: bytes,
     raw = signed(head({**GOOD, "to": "b", "items": [item]}, body), TO_TOPIC)
     with pytest.raises(FrameError, match=reason):
         dec(raw, TO_TOPIC)
+
+
+def _rhave(body: bytes) -> bytes:
+    item = {"k": "rhave", "key": "k", "file": "resources", "full": False, "n": len(body)}
+    return signed(head({**GOOD, "to": "b", "items": [item]}, body), TO_TOPIC)
+
+
+def test_a_manifest_item_is_bounded_before_it_is_parsed() -> None:
+    """#23 case 2: a manifest item holds at most MAX_ENTRIES_PER_ITEM entries in at most
+    MAX_ENTRIES_BODY bytes, and a body of tiny JSON values is refused before parsing (it
+    would cost ~50 bytes of memory per value)."""
+    entry = b'["a/%d", 1, "' + D.hex().encode() + b'", 0, ""]'
+    ok = b"[" + b",".join(entry % i for i in range(frames.MAX_ENTRIES_PER_ITEM)) + b"]"
+    assert len(dec(_rhave(ok), TO_TOPIC, max_data=16 << 20).items[0].payload.entries) == \
+        frames.MAX_ENTRIES_PER_ITEM
+    more = b"[" + b",".join(entry % i for i in range(frames.MAX_ENTRIES_PER_ITEM + 1)) + b"]"
+    with pytest.raises(FrameError, match="at most 4096"):
+        dec(_rhave(more), TO_TOPIC, max_data=16 << 20)
+    with pytest.raises(FrameError, match="too many values"):
+        dec(_rhave(b"[" + b",".join([b"0"] * 100_000) + b"]"), TO_TOPIC, max_data=16 << 20)
+    with pytest.raises(FrameError, match="exceeds 2097152"):
+        dec(_rhave(b" " * (3 << 20)), TO_TOPIC, max_data=16 << 20)
+
+
+def test_a_resource_name_is_at_most_256_levels_deep() -> None:
+    """#23: each level is a directory a peer's name makes us create ([resources] max_depth,
+    at most 256, says how many a host takes: test_resources.py)."""
+    assert frames.resource_name_problem("a/" * 255 + "f") is None
+    assert frames.resource_name_problem("a/" * 256 + "f") == "more than 256 levels deep"

@@ -9,6 +9,8 @@ refused: every other host keeps its bytes.
     python -m tests.support.chaos --faults 200 --seed 7      # the long mode, with a summary
     python -m tests.support.chaos --faults 100 --partitions  # + hosts cut off by a partition
     python -m tests.support.chaos --faults 100 --nats        # 3-member NATS cluster: + member loss
+    python -m tests.support.chaos --hostile --frames 10000 --plants 200   # a listed host gone
+                                          # bad, and a bot planting traps (hostile_chaos.py)
 
 The quick mode runs in the test suite (tests/daemon/test_chaos.py). The fault sequence is
 fixed by the seed; timings are not, so a failure report always names the seed and the fault
@@ -158,7 +160,8 @@ LOG_LEVEL = os.environ.get("CHAOS_LOG_LEVEL", "info")
 
 class Chaos:
     def __init__(self, root: Path, seed: int, big_line: int, partitions: bool = False,
-                 nats: bool = False) -> None:
+                 nats: bool = False, extra: str = "") -> None:
+        """`extra`: more config lines for every daemon (the hostile mode's limits)."""
         self.rng = random.Random(seed)
         # Its own: the resources written do not change which faults the seed picks.
         self.res_rng = random.Random(seed + 1)
@@ -198,7 +201,8 @@ class Chaos:
             self.kinds += PARTITION_FAULTS
         else:
             self.broker = Broker(root / "broker", max_queued_messages=50)  # drops early
-            self.daemons = {n: Daemon(root, n, self.broker, log_level=LOG_LEVEL) for n in "abc"}
+            self.daemons = {n: Daemon(root, n, self.broker, log_level=LOG_LEVEL, extra=extra)
+                            for n in "abc"}
         self.writer = Writer(self._path(self.daemons["a"]), rate=100)
         self.divergence_keys = 0
         self.instance = self.daemons["a"].runtimes / KEY
@@ -502,11 +506,15 @@ def _content(path: Path) -> bytes:
 
 
 def _tree(top: Path) -> dict[str, bytes]:
+    """Every regular file below `top` (a symbolic link the hostile mode's bot planted is no
+    published file: never read through)."""
     out = {}
     for root, _, names in os.walk(top):
         for n in names:
             p = Path(root) / n
             with contextlib.suppress(FileNotFoundError):
+                if p.is_symlink() or not p.is_file():
+                    continue
                 out[str(p.relative_to(top))] = p.read_bytes()
     return out
 
@@ -540,8 +548,27 @@ def main() -> None:
                         help="hosts in network namespaces, cut off at random (needs root)")
     parser.add_argument("--nats", action="store_true",
                         help="a 3-member NATS cluster as the broker; members die at random")
+    parser.add_argument("--hostile", action="store_true",
+                        help="a listed host sends hostile frames, the local bot plants traps")
+    parser.add_argument("--frames", type=int, default=10_000, help="--hostile: x's frames")
+    parser.add_argument("--plants", type=int, default=200, help="--hostile: the bot's plants")
     args = parser.parse_args()
     tmp = tempfile.mkdtemp(prefix="syncd-chaos-")
+    if args.hostile:
+        from tests.support.hostile_chaos import run_hostile  # it builds on this module
+
+        try:
+            hostile = run_hostile(Path(tmp), args.frames, args.plants, args.seed)
+        except Exception:
+            print(f"hostile chaos FAILED with seed {args.seed}; logs kept in {tmp}",
+                  file=sys.stderr)
+            raise
+        print(hostile.table())
+        if hostile.failures():
+            print(f"logs kept in {tmp}", file=sys.stderr)
+            sys.exit(1)
+        subprocess.run(["rm", "-rf", tmp], check=False)
+        sys.exit(0)
     try:
         summary = run(Path(tmp), args.faults, args.seed, args.check_every,
                       args.big_line_mb << 20, partitions=args.partitions, nats=args.nats)

@@ -62,6 +62,19 @@ def test_render_names_the_broker_in_use_among_several() -> None:
         "host-b  offline: host-c")
 
 
+def test_render_says_remote_growth_stopped_and_what_peers_had_refused() -> None:
+    """docs/peer-limits.md: a floor reached and refusals at the bounds are printed."""
+    limited = {**STATUS, "peer_limits": {
+        "remote_growth": {"stopped": True, "low": {"/srv/runtimes": 812331008},
+                          "min_free_bytes": 1073741824},
+        "refused": {"nested": 3, "budget": 12}}}
+    lines = render(limited).splitlines()
+    at = lines.index("REMOTE GROWTH STOPPED: /srv/runtimes: 812331008 bytes free, below "
+                     "[limits] min_free_bytes (1073741824); no peer's bytes are written here")
+    assert lines[at + 1] == "refused at the peer limits ([limits]): 12 budget, 3 nested"
+    assert "REMOTE" not in render(STATUS)  # nothing said when nothing happened
+
+
 def test_select_keys_and_problems() -> None:
     assert [f["key"] for f in select(STATUS, ["bot-2", "bot-3"], False)["files"]] == [
         "bot-2", "bot-3"]

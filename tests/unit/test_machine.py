@@ -21,6 +21,7 @@ from syncd.core.events import (
     Archived,
     Drained,
     Event,
+    FindLine,
     IoFailed,
     Loaded,
     Log,
@@ -30,6 +31,9 @@ from syncd.core.events import (
     PeerData,
     PeerOnline,
     PeerPos,
+    PeerProbe,
+    PeerProbed,
+    PeerRefuse,
     PeerRequest,
     Persist,
     Redeliver,
@@ -43,7 +47,7 @@ from syncd.core.events import (
     SyncFailed,
     Tick,
 )
-from syncd.core.frames import Announce, Data, Kind, Refuse, Request
+from syncd.core.frames import Announce, Data, Kind, Probe, Probed, ProbeWhat, Refuse, Request
 from syncd.core.ledger import BLOCK, Ledger, Position, digest_of
 from syncd.core.machine import (
     LOCATE_RETRY,
@@ -618,3 +622,46 @@ def test_every_expected_error_has_one_root() -> None:
     for error in (BrokerProblem, ConfigError, ControlError, ConcurrentWrite, FileReplaced,
                   FileShrank, FrameError, StartupError, IdentityError):
         assert issubclass(error, SyncdError), error
+
+
+def test_a_probe_is_answered_as_a_request_would_be_never_by_a_frozen_copy() -> None:
+    """#23 case 3: probes obey may_serve (a reset copy has nothing to compare), and a live
+    copy answers with at most one block or one frame of chain values."""
+    data = (b"x" * 63 + b"\n") * (3 * BLOCK // 64)
+    m, f = live(data)
+    out = feed(m, f, PeerProbe("b", Probe(ProbeWhat.BYTES, BLOCK, 10 * BLOCK)))
+    answer = sent(out, Kind.PROBED)[0].payload
+    assert isinstance(answer, Probed) and len(answer.data) == BLOCK
+    out = feed(m, f, PeerProbe("b", Probe(ProbeWhat.SUMS, 0, 1 << 40)))
+    answer = sent(out, Kind.PROBED)[0].payload
+    assert isinstance(answer, Probed) and len(answer.data) == 3 * 32
+    m.role = "replica"
+    f.write(LINE)  # a local write on a replica freezes the copy (its ledger is kept)
+    feed(m, f, Look())
+    assert m.mode is Mode.FROZEN and m.ledger is not None
+    out = feed(m, f, PeerProbe("b", Probe(ProbeWhat.BYTES, 0, BLOCK)))
+    assert not sent(out, Kind.PROBED)
+    assert not sent(feed(m, f, PeerProbe("b", Probe(ProbeWhat.SUMS, 0, 3))), Kind.PROBED)
+
+
+def test_only_the_answer_to_our_own_probe_is_read() -> None:
+    """#23 case 3: an answer to a probe nobody sent would make us read (and count lines up
+    to) any offset a peer likes: it is ignored without a read."""
+    data = (b"x" * 63 + b"\n") * (2 * BLOCK // 64)
+    m, f = live(data)
+    out = feed(m, f, PeerRefuse("b", Refuse(BLOCK, bytes(32))))  # b's copy differs
+    assert isinstance(sent(out, Kind.PROBE)[0].payload, Probe)
+    unasked = PeerProbed("b", Probed(ProbeWhat.BYTES, 10**9, 2 * BLOCK, b"y" * 100))
+    assert m.reads_for(unasked).empty
+    assert not any(isinstance(e, FindLine) for e in feed(m, f, unasked))
+    assert m.ledger is not None
+    theirs = m.ledger.chain[1] + bytes(32)  # block 0 agrees, block 1 does not
+    out = feed(m, f, PeerProbed("b", Probed(ProbeWhat.SUMS, 0, 2 * BLOCK, theirs)))
+    asked = sent(out, Kind.PROBE)[0].payload
+    assert isinstance(asked, Probe) and (asked.what, asked.start) == (ProbeWhat.BYTES, BLOCK)
+    other = bytearray(data[BLOCK:2 * BLOCK])
+    other[5] = ord("y")
+    out = feed(m, f, PeerProbed("b", Probed(ProbeWhat.BYTES, BLOCK, 2 * BLOCK, bytes(other))))
+    assert [e for e in out if isinstance(e, FindLine)] == [FindLine("b", BLOCK + 5)]
+    again = PeerProbed("b", Probed(ProbeWhat.BYTES, BLOCK, 2 * BLOCK, bytes(other)))
+    assert not any(isinstance(e, FindLine) for e in feed(m, f, again))  # answered once

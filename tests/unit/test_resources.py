@@ -5,8 +5,11 @@ from __future__ import annotations
 import hashlib
 
 from syncd.core import frames
+from syncd.core.budget import Holdings
 from syncd.core.frames import Kind, ResEntry
 from syncd.core.resources import (
+    ENTRY_WIRE,
+    REFUSED_SHOWN,
     Compare,
     Compared,
     Conflict,
@@ -18,6 +21,7 @@ from syncd.core.resources import (
     InstallFailed,
     LocalFile,
     LocalGone,
+    PeerBounds,
     PeerItem,
     PeerPresence,
     Refused,
@@ -27,6 +31,7 @@ from syncd.core.resources import (
     Serve,
     Tick,
     Write,
+    entry_cost,
 )
 
 
@@ -244,6 +249,7 @@ def test_when_disagreeing_peers_agree_again_the_name_is_fetched() -> None:
     have(m, ResEntry(BLOB, 1, sha(b"x")))
     have(m, ResEntry(BLOB, 1, sha(b"y")), peer="c")
     m.transfers.clear()
+    m.handle(PeerItem("c", frames.ResSum(sha(b"c's"), 0)), 4)  # we ask for its manifest
     # c's whole manifest no longer holds it (moved away there): a's copy is fetched.
     fx = m.handle(PeerItem("c", frames.res_have(True, (), 0, 1)), 5)
     assert sends(fx, Kind.RREQ) == [Send(Kind.RREQ, frames.ResAsk(BLOB, sha(b"x"), 0, 1), "a")]
@@ -259,3 +265,98 @@ def test_small_files_are_fetched_together_big_ones_one_at_a_time() -> None:
     fx = have(m2, *big)
     assert len(sends(fx, Kind.RREQ)) == 1
     assert m2.waiting == {"assets/b1", "assets/b2"}
+
+
+# --- bounds (issue #23 case 2, docs/peer-limits.md) ---------------------------------------------
+
+def bounded(max_files: int = 100, held: int = 1 << 30) -> tuple[ResourceMachine, Holdings,
+                                                                 list[tuple[str, str, int]]]:
+    refused: list[tuple[str, str, int]] = []
+    holdings = Holdings(held)
+    m = ResourceMachine("b", Rules(), None, chunk_bytes=4, window=8, timeout=3.0,
+                        bounds=PeerBounds(holdings, max_files,
+                                          lambda p, r, n: refused.append((p, r, n))))
+    m.handle(PeerPresence("a", True), 0)
+    return m, holdings, refused
+
+
+def entries(n: int, prefix: str = "x") -> tuple[ResEntry, ...]:
+    return tuple(ResEntry(f"artifacts/{prefix}/{i}", 1, sha(b"%d" % i)) for i in range(n))
+
+
+def asked(m: ResourceMachine, peer: str = "a", now: float = 1) -> None:
+    """We hear a summary we were not answered for: we ask for the whole manifest."""
+    fx = m.handle(PeerItem(peer, frames.ResSum(sha(b"its %f" % now), 9)), now)
+    assert sends(fx, Kind.RLIST)
+
+
+def test_a_whole_manifest_in_more_parts_than_max_files_allows_keeps_nothing() -> None:
+    m, holdings, refused = bounded(max_files=4000)  # two parts of 2000 at most
+    m.handle(PeerItem("a", frames.res_have(True, entries(10, "p"), 1, 2)), 1)
+    assert refused == [("a", "unasked", 1)]  # nobody asked for it: nothing kept
+    refused.clear()
+    asked(m)
+    for part in range(1, 50):  # the issue: 2**62 parts, part 0 never sent
+        m.handle(PeerItem("a", frames.res_have(True, entries(10, f"p{part}"), part, 2**62)), 1)
+    assert m.peers["a"].parts == {} and holdings.held == {}
+    assert refused == [("a", "parts", 1)] * 49
+
+
+def test_parts_of_a_manifest_are_held_until_whole_then_given_back() -> None:
+    m, holdings, refused = bounded(max_files=4000)
+    asked(m)
+    m.handle(PeerItem("a", frames.res_have(True, entries(3, "one"), 1, 2)), 1)
+    held = holdings.held["a"]
+    assert held == sum(entry_cost(e) for e in entries(3, "one"))
+    m.handle(PeerItem("a", frames.res_have(True, entries(3, "one"), 1, 2)), 1)  # again
+    assert holdings.held["a"] == held  # replaced, not added
+    m.handle(PeerItem("a", frames.res_have(True, entries(2, "zero"), 0, 2)), 1)  # starts anew
+    assert set(m.peers["a"].parts) == {0}
+    m.handle(PeerItem("a", frames.res_have(True, entries(3, "one"), 1, 2)), 1)
+    view = m.peers["a"]
+    assert view.parts == {} and len(view.entries) == 5
+    assert holdings.held["a"] == sum(entry_cost(e) for e in view.entries.values()) == view.held
+    asked(m, now=5)
+    m.handle(PeerItem("a", frames.res_have(True, entries(1, "zero"), 0, 1)), 5)  # shrinks
+    assert len(view.entries) == 1 and holdings.held["a"] == view.held
+    assert not refused
+
+
+def test_a_peers_manifest_holds_at_most_max_files_and_max_peer_bytes() -> None:
+    m, holdings, refused = bounded(max_files=10)
+    m.handle(PeerItem("a", frames.res_have(False, entries(25))), 1)
+    assert len(m.peers["a"].entries) == 10 and ("a", "entries", 1) in refused
+    small, holdings, refused = bounded(held=5 * entry_cost(entries(1)[0]))
+    small.handle(PeerItem("a", frames.res_have(False, entries(8))), 1)
+    assert len(small.peers["a"].entries) == 5
+    assert refused.count(("a", "peer_bytes", 1)) == 3
+    small.forget_peer("a")  # [peers] no longer lists it: its account is emptied
+    assert holdings.held == {} and "a" not in small.peers
+
+
+def test_a_request_is_answered_with_one_window_at_most() -> None:
+    m, _, _ = bounded()
+    data = b"0123456789abcdefghij"
+    m.handle(LocalFile(BLOB, len(data), sha(data)), 1)
+    fx = m.handle(PeerItem("a", frames.ResAsk(BLOB, sha(data), 2, 1 << 40)), 2)
+    assert [e for e in fx if isinstance(e, Serve)] == [Serve("a", BLOB, sha(data), 20, 2, 8)]
+    assert m.manifest_bytes == ENTRY_WIRE + len(BLOB)
+    m.handle(LocalGone(BLOB), 3)
+    assert m.manifest_bytes == 0
+
+
+def test_refusals_of_too_big_files_are_named_for_a_hundred_then_counted() -> None:
+    m = machine(max_file_bytes=10)
+    for i in range(150):
+        have(m, ResEntry(f"artifacts/big/{i}", 11, sha(b"%d" % i)))
+    assert len(m.refused) == REFUSED_SHOWN and m.refused_more == 50
+
+
+def test_a_peers_name_deeper_than_max_depth_is_ignored() -> None:
+    """#23: no peer's name makes us create a tree deeper than our own scans go."""
+    r = Rules(max_depth=3)
+    assert r.kind("artifacts/a/b/c") is FileKind.ONCE  # three directories down
+    assert r.kind("artifacts/a/b/c/d") is None
+    m = machine()
+    fx = have(m, ResEntry("artifacts/" + "d/" * 40 + "f", 1, sha(b"x")))
+    assert not sends(fx, Kind.RREQ) and not m.peers["a"].entries
