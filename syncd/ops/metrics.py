@@ -178,7 +178,7 @@ def families(status: Status) -> list[Metric]:
     return [build, connected, reconnects, info, switches, queued, dropped, rejected, online,
             by_state, diverged, unreplicated, size, ready, behind, lag, lag_s, requests,
             stopped, keys, held,
-            conflicts, missing, res_files, skipped_paths, unsafe, *counters.values(),
+            conflicts, missing, res_files, skipped_paths, unsafe, *counters.values(), *limits,
             *traffic(status.get("telemetry", {}))]
 
 
