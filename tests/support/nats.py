@@ -45,7 +45,9 @@ where 2.9 takes about three, and elects leaders after a member's loss as slowly 
 
 Readiness is a condition, never a sleep: every member answers `/healthz` (JetStream current)
 on its monitoring port and accepts an MQTT connection (CONNACK 0: JetStream and the MQTT
-streams are usable).
+streams are usable), and every MQTT stream has a leader that sees all its replicas current
+(`/jsz`; a member killed before that may take a stream's only current copy with it, and the
+survivors then refuse MQTT connections far longer than the ~10 s of an election).
 
     with NatsCluster(tmp_path / "nats") as nats:
         nats.endpoints            # ["127.0.0.1:<mqtt port>", ...], one per member
@@ -212,6 +214,40 @@ class NatsCluster:
             self._spawn(m)
         for m in self.members:
             self._wait_ready(m, timeout)
+        wait_until(self.settled, timeout, "every MQTT stream of the NATS cluster to have a "
+                                          "leader and all its replicas current", interval=0.05)
+
+    def streams(self, m: Member) -> dict[str, dict[str, object]]:
+        """The MQTT streams as member `m` sees them: name -> the `cluster` part of /jsz."""
+        url = f"http://127.0.0.1:{m.http_port}/jsz?accounts=true&streams=true"
+        with urllib.request.urlopen(url, timeout=2) as r:
+            report = json.loads(r.read())
+        return {s["name"]: s.get("cluster") or {}
+                for a in report.get("account_details") or []
+                for s in a.get("stream_detail") or [] if s["name"].startswith("$MQTT_")}
+
+    def settled(self) -> bool:
+        """Every running member knows the same MQTT streams, each with a leader that sees all
+        its replicas current. /healthz and a CONNACK say less: right after start-up the
+        streams are still electing leaders and catching up, and a member killed then can take
+        a stream's only current copy with it (the survivors then time out for a long while)."""
+        live = [m for m in self.members if m.running()]
+        try:
+            views = {m.name: self.streams(m) for m in live}
+        except (urllib.error.URLError, OSError, ValueError, KeyError):
+            return False
+        names = {frozenset(v) for v in views.values()}
+        if len(names) != 1 or not next(iter(names)):
+            return False
+        for stream in next(iter(names)):
+            leader = views[live[0].name][stream].get("leader")
+            if leader not in views:
+                return False
+            replicas = views[str(leader)][stream].get("replicas") or []
+            assert isinstance(replicas, list)
+            if len(replicas) != len(live) - 1 or not all(r.get("current") for r in replicas):
+                return False
+        return True
 
     def _spawn(self, m: Member) -> None:
         out = m.log.open("ab")
@@ -237,6 +273,8 @@ class NatsCluster:
         m = self.members[index]
         self._spawn(m)
         self._wait_ready(m, timeout)
+        wait_until(self.settled, timeout, f"nats-server {m.name}, restarted, to be current in "
+                                          "every MQTT stream", interval=0.05)
 
     def stop(self) -> None:
         for i in range(len(self.members)):
