@@ -11,6 +11,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from syncd.core import recordkinds
 from syncd.core.brokers import Broker, BrokerSyntaxError, parse_brokers
 from syncd.core.budget import Limits
 from syncd.core.errors import SyncdError
@@ -71,6 +72,7 @@ class KeyConfig:
     role: str = "symmetric"
     writers: tuple[str, ...] | None = None  # None: every listed host
     resources: Rules | None = field(default_factory=Rules)  # None: resources/ not replicated
+    records: str | None = None  # every file of the key: "lines" or "zstd-frames"; None: [records]
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,8 @@ class Config:
     limits: Limits = field(default_factory=Limits)  # serving peers: syncd/core/budget.py
     resources: Rules | None = field(default_factory=Rules)  # [resources]; None: disabled
     source: Path | None = None
+    # [records]: (file name pattern, record kind), first match first; then `*.zstd` is frames
+    records: tuple[tuple[str, str], ...] = ()
 
     def wants_key(self, key: str) -> bool:
         """Whether this node replicates instance `key` (`onebot_123/group_456`).
@@ -128,6 +132,15 @@ class Config:
         """symmetric (default), source (never takes remote bytes) or replica (never ships)."""
         k = self.keys.get(key)
         return k.role if k else self.role
+
+    def records_of(self, key: str, file: str) -> str:
+        """What one record of `file` is (core/recordkinds.py): the key's `records`, else the
+        first `[records]` pattern matching the file name, else frames for `*.zstd`, else
+        lines."""
+        k = self.keys.get(key)
+        if k is not None and k.records is not None:
+            return k.records
+        return recordkinds.kind_for(file, self.records)
 
     def resources_of(self, key: str) -> Rules | None:
         """Which files of the key's resources/ replicate, by which rule (None: none)."""
@@ -179,14 +192,14 @@ _TOP = {
     "include", "exclude",
     "chunk_bytes", "fetch_window_bytes", "sweep_interval", "scrub_bytes_per_second",
     "scrub_interval", "persist_interval", "request_timeout", "mqtt", "keys", "role", "watch",
-    "metrics", "roots", "admin_group", "limits", "resources", "batch_window",
+    "metrics", "roots", "admin_group", "limits", "resources", "batch_window", "records",
 }
 _MQTT = {
     "host", "port", "brokers", "topic_prefix", "client_id", "username", "password_file",
     "keepalive", "reconnect_min", "reconnect_max", "tls", "tls_ca_file", "tls_cert_file",
     "tls_key_file", "subscribe_qos", "max_queued_bytes",
 }
-_KEY = {"files", "role", "writers", "resources"}
+_KEY = {"files", "role", "writers", "resources", "records"}
 _RESOURCES = {"enabled", "include", "exclude", "replaced", "max_file_bytes", "max_depth"}
 _LIMITS = {"requests_per_second", "request_burst", "bytes_per_second", "byte_burst",
            "max_keys", "min_free_bytes", "max_peer_bytes", "max_resource_files"}
@@ -368,6 +381,13 @@ def parse_config(data: dict[str, Any], path: Path, text: str = "") -> Config:
             raise top.error("files", f"'{printable(f)}' is not a plain file name inside the key "
                                      f"directory: {problem}")
     resources = _resources(top, data.get("resources", {}), path, text, "resources", Rules())
+    records_table = data.get("records", {})
+    if not isinstance(records_table, dict):
+        raise top.error("records", 'must be a table of file name patterns ("*.zstd" = '
+                                   '"zstd-frames")')
+    rec = _Reader(path, text, records_table, "records")
+    records = tuple((pattern, rec.choice(pattern, recordkinds.LINES, recordkinds.KINDS))
+                    for pattern in records_table)
     keys_table = data.get("keys", {})
     if not isinstance(keys_table, dict):
         raise top.error("keys", "must be a table of tables ([keys.<name>])")
@@ -391,8 +411,10 @@ def parse_config(data: dict[str, Any], path: Path, text: str = "") -> Config:
                     raise k.error("writers", f"{w!r} is not a node name")
         key_resources = _resources(k, table.get("resources", {}), path, text,
                                    f"keys.{name}.resources", resources)
+        key_records = (k.choice("records", recordkinds.LINES, recordkinds.KINDS)
+                       if "records" in table else None)
         keys[name] = KeyConfig(files=key_files, role=k.choice("role", role, ROLES),
-                               writers=writers, resources=key_resources)
+                               writers=writers, resources=key_resources, records=key_records)
 
     chunk = top.integer("chunk_bytes", 256 * 1024, 4096, 16 * 1024 * 1024)
     return Config(
@@ -418,6 +440,7 @@ def parse_config(data: dict[str, Any], path: Path, text: str = "") -> Config:
         persist_interval=top.number("persist_interval", 5.0, 0.05, 3600),
         request_timeout=top.number("request_timeout", 3.0, 0.1, 3600),
         batch_window=top.number("batch_window", 0.01, 0, 0.5),
+        records=records,
         metrics=metrics,
         admin_group=admin_group,
         limits=limits,

@@ -241,19 +241,6 @@ def parse_topic(prefix: str, topic: str) -> Route:
     return Route(channel, levels[0])
 
 
-def piece_end(buf: bytes, start: int, end: int, max_len: int) -> int:
-    """Where the data item that starts at buf[start] should stop (exclusive, <= end).
-
-    Items end at a line end whenever one fits, so a receiver's copy only ever holds whole
-    lines; a single line longer than max_len has to travel in pieces.
-    """
-    stop = min(end, start + max_len)
-    if stop == end:
-        return end
-    cut = buf.rfind(b"\n", start, stop)
-    return cut + 1 if cut >= 0 else stop
-
-
 # --- payloads ------------------------------------------------------------------------------
 
 

@@ -30,6 +30,9 @@ import hashlib
 import struct
 from dataclasses import dataclass
 
+from syncd.core.recordkinds import LINES, ZSTD_FRAMES
+from syncd.core.zstdframes import FrameScanner
+
 BLOCK = 64 * 1024
 # Full blocks below the partial one re-read at most to reach the last line's start (a longer
 # line is checked on its last RECHECK_LINE_BLOCKS blocks only: every look re-reads them).
@@ -50,9 +53,10 @@ def block_start(offset: int) -> int:
 class Ledger:
     """Size and prefix digests of one copy. Only grows: `extend` is the one way to change it."""
 
-    __slots__ = ("_chain", "_digest", "_ends_line", "_line_start", "_partial", "_size", "_tail")
+    __slots__ = ("_chain", "_digest", "_ends_line", "_frames", "_line_start", "_partial",
+                 "_size", "_tail")
 
-    def __init__(self) -> None:
+    def __init__(self, records: str = LINES) -> None:
         self._chain: list[bytes] = [ZERO_CHAIN]
         self._partial = hashlib.sha256()
         self._tail = bytearray()
@@ -60,8 +64,15 @@ class Ledger:
         self._digest: bytes | None = None  # digest() until the next extend
         # Where the last line (finished or not) begins, and whether our bytes end with a
         # newline; None when not known (restored from the partial block only).
+        # The same for Zstandard frames ("line" below reads "record"): kept by a scanner of
+        # the frame headers, fed every byte (recordkinds.py).
         self._line_start: int | None = 0
         self._ends_line: bool | None = True
+        self._frames = FrameScanner(0) if records == ZSTD_FRAMES else None
+
+    @property
+    def records(self) -> str:
+        return LINES if self._frames is None else ZSTD_FRAMES
 
     @property
     def size(self) -> int:
@@ -74,7 +85,11 @@ class Ledger:
 
     def extend(self, data: bytes) -> None:
         self._digest = None
-        if data:
+        if self._frames is not None:
+            self._frames.feed(data)
+            self._line_start = self._frames.record_start
+            self._ends_line = self._frames.at_boundary
+        elif data:
             inner = data.rfind(b"\n", 0, len(data) - 1)
             if inner >= 0:
                 self._line_start = self._size + inner + 1
@@ -109,6 +124,14 @@ class Ledger:
     def partial_digest(self) -> bytes:
         """sha256 of the bytes after the last full block: what a restart checks against disk."""
         return self._partial.digest()
+
+    def ends_record_with(self, data: bytes) -> bool | None:
+        """Whether our bytes followed by `data` end where a record ends (None: not known)."""
+        if self._frames is None:
+            return data.endswith(b"\n")
+        scanner = self._frames.copy()
+        scanner.feed(data)
+        return scanner.at_boundary
 
     @property
     def open_line_start(self) -> int | None:
@@ -225,20 +248,27 @@ class Ledger:
         return None
 
     @classmethod
-    def restore(cls, chain: list[bytes], size: int, partial: bytes) -> Ledger:
-        """Rebuild from a persisted chain and the partial block read back from disk."""
+    def restore(cls, chain: list[bytes], size: int, partial: bytes, records: str = LINES
+                ) -> Ledger:
+        """Rebuild from a persisted chain and the partial block read back from disk. For
+        frames, where the last record began is not known until bytes that begin with a
+        frame's magic number are appended (zstdframes.FrameScanner)."""
         full_blocks = size // BLOCK
         if len(chain) < full_blocks + 1:
             raise ValueError("persisted chain is shorter than the persisted size")
         if len(partial) != size - full_blocks * BLOCK:
             raise ValueError("partial block has the wrong length")
-        ledger = cls()
+        ledger = cls(records)
         ledger._chain = chain[: full_blocks + 1]
         ledger._partial.update(partial)
         ledger._tail = bytearray(partial)
         ledger._size = size
         ledger._digest = None
-        if size:
+        if ledger._frames is not None:
+            if size:
+                ledger._frames = FrameScanner(size, known=False)
+                ledger._line_start = ledger._ends_line = None
+        elif size:
             # Known only if the partial block holds the last line's start (or our end).
             inner = partial.rfind(b"\n", 0, len(partial) - 1)
             ledger._line_start = full_blocks * BLOCK + inner + 1 if inner >= 0 else None

@@ -63,7 +63,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from syncd.core import frames
+from syncd.core import recordkinds
 from syncd.core.events import (
     EMPTY,
     NO_READS,
@@ -130,6 +130,7 @@ from syncd.core.reconcile import (
     judge_peer,
     judge_request,
 )
+from syncd.core.recordkinds import LINES
 from syncd.core.records import FileRecord, Freeze, Stat, line_around
 
 ANNOUNCE_GAP = 0.5  # seconds between two position announcements of one file
@@ -237,8 +238,9 @@ class Settle:
 
 class Machine:
     def __init__(self, node: str, key: str, file: str, role: str, tuning: Tuning,
-                 online: dict[str, bool] | None = None) -> None:
+                 online: dict[str, bool] | None = None, records: str = LINES) -> None:
         self.node, self.key, self.file, self.role = node, key, file, role
+        self.records = records  # what one record of the file is (recordkinds.py)
         self.tuning = tuning
         self.mode = Mode.LOADING
         self.ledger: Ledger | None = None
@@ -545,7 +547,7 @@ class Machine:
         self.file_stat = st
         if rec is None:
             if st is None:
-                self._start(Ledger(), None, now, wall, out)
+                self._start(Ledger(self.records), None, now, wall, out)
             else:
                 self.appending = ev.appending
                 if self.appending is not None:  # as below: bytes past our (empty) record
@@ -569,7 +571,7 @@ class Machine:
                                  f"{rec.size} bytes)", now, wall, out, keep=True)
                 self._finish_load_frozen(out)
             else:
-                self._start(Ledger(), None, now, wall, out)
+                self._start(Ledger(self.records), None, now, wall, out)
             return
         if rec.size > 0 and st.inode != (rec.dev, rec.ino):
             if self.freeze is None:
@@ -589,7 +591,8 @@ class Machine:
         if (unchanged and len(ev.chain) > rec.size // BLOCK
                 and len(partial) == rec.size - block_start(rec.size)
                 and hashlib.sha256(partial).digest() == rec.partial):
-            self._start(Ledger.restore(ev.chain, rec.size, partial), st, now, wall, out)
+            ledger = Ledger.restore(ev.chain, rec.size, partial, self.records)
+            self._start(ledger, st, now, wall, out)
             return
         # Changed while we were away (appended, or edited): rehash before trusting anything.
         # Bytes we recorded as held count as ours even mid-line, and so do a peer's pieces
@@ -648,7 +651,7 @@ class Machine:
             rec = self._record
             if fresh is None:  # vanished while we hashed
                 if rec is None or rec.size == 0:
-                    self._start(Ledger(), None, now, wall, out)
+                    self._start(Ledger(self.records), None, now, wall, out)
                 else:
                     if self.freeze is None:
                         self._freeze("reset", "file deleted while syncd was starting", now,
@@ -843,15 +846,16 @@ class Machine:
         if line_end <= read_end:
             end = line_end
         else:
-            cut = new.rfind(b"\n")
-            # A backlog larger than one read: ship its whole lines now, the rest next look.
-            # A single line longer than the read (and complete: line_end is past it) goes in
-            # pieces of the read's size.
-            end = start + cut + 1 if cut >= 0 else read_end
+            cut = recordkinds.last_end(self.records, new)
+            # A backlog larger than one read: ship its whole records now, the rest next look.
+            # A single record longer than the read (and complete: line_end is past it) goes
+            # in pieces of the read's size.
+            end = start + cut if cut > 0 else read_end
         pos = start
         chunk = self.tuning.chunk_bytes
         while pos < end:
-            n = frames.piece_end(new, pos - start, end - start, chunk) - (pos - start)
+            n = recordkinds.piece_end(self.records, new, pos - start, end - start, chunk) \
+                - (pos - start)
             data = new[pos - start: pos - start + n]
             if send:
                 out.append(Send(Kind.LIVE, Data(pos, ledger.digest(), data)))
@@ -1057,8 +1061,8 @@ class Machine:
                 return  # otherwise dropped: anti-entropy asks for it again
         if st is not None and (self.inode is None or ledger.size == 0):
             self.inode = st.inode
-        if not d.data.endswith(b"\n"):
-            # A piece of a long line: record durably that the bytes past our end will be
+        if ledger.ends_record_with(d.data) is not True:
+            # A piece of a long line (or record): record durably that the bytes past our end will be
             # this peer's, so that a restart does not take them for a local torn line.
             if self.unsynced or self.position.size != ledger.size:
                 # The intent covers exactly this piece, on top of the size recorded with it:
@@ -1246,7 +1250,8 @@ class Machine:
         pos = start
         chunk = self.tuning.chunk_bytes
         while pos < end:
-            stop = first + frames.piece_end(buf, pos - first, end - first, chunk)
+            stop = first + recordkinds.piece_end(self.records, buf, pos - first, end - first,
+                                                 chunk)
             base = ledger.digest_at(pos, buf[block_start(pos) - first: pos - first])
             piece = buf[pos - first: stop - first]
             out.append(Send(Kind.FILL, Data(pos, base, piece), to=peer))
@@ -1645,7 +1650,7 @@ class Machine:
         ad.archive = path
         out.append(Log(logging.WARNING, f"{self.name}: operator adopts {ad.peer}'s copy; ours "
                                         f"is archived at {path}"))
-        self.ledger = Ledger()
+        self.ledger = Ledger(self.records)
         self._rebuilt = True
         self.freeze, self.diverged, self.note, self.intent = None, {}, None, None
         self.appending = None
@@ -1706,7 +1711,7 @@ class Machine:
         """The operator keeps this host's copy as it is now (after a deliberate clear())."""
         ad = self.adoption
         self.adoption = None
-        self.ledger = fresh if fresh is not None else Ledger()
+        self.ledger = fresh if fresh is not None else Ledger(self.records)
         self._rebuilt = True
         self.freeze, self.diverged, self.note, self.intent = None, {}, None, None
         self.appending = None

@@ -260,6 +260,9 @@ class Node:
     def role_of(self, key: str) -> str:
         return self.config.role_of(key)
 
+    def records_of(self, key: str, file: str) -> str:
+        return self.config.records_of(key, file)
+
     def tuning(self) -> Tuning:
         return Tuning(chunk_bytes=self.chunk_bytes, fetch_window=self.fetch_window,
                       request_timeout=self.request_timeout,

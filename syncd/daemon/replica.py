@@ -110,6 +110,9 @@ class Host(Protocol):
 
     def role_of(self, key: str) -> str: ...
 
+    def records_of(self, key: str, file: str) -> str:
+        """What one record of the file is: "lines" or "zstd-frames" (core/recordkinds.py)."""
+
     def send(self, kind: frames.Kind, key: str, file: str, payload: frames.Payload,
              to: str = "", retain: bool = False) -> None: ...
 
@@ -144,8 +147,9 @@ class Replica:
         self.spot = spot
         self.path = spot.path
         self._fspath = os.fspath(self.path)
+        self.records = host.records_of(key, file)
         self.machine = Machine(host.node, key, file, host.role_of(key), host.tuning(),
-                               online=host.presence)
+                               online=host.presence, records=self.records)
         self.verifier = IncrementalVerifier(spot, host.records.folder(key) / f"{file}.verify")
         self.loaded = asyncio.Event()  # set once the start-up check is done (even if it failed)
         self._inbox: deque[Event] = deque()
@@ -381,7 +385,8 @@ class Replica:
             elif not plan.ranges and plan.line_end_from is None:
                 st, line_end = store.stat(self.spot), None
             else:
-                st, reads, line_end = store.snapshot(self.spot, plan.ranges, plan.line_end_from)
+                st, reads, line_end = store.snapshot(self.spot, plan.ranges, plan.line_end_from,
+                                                     self.records)
         except OSError as e:
             self._unsafe(e)
             effects = m.handle(IoFailed(event, e.strerror or str(e)), EMPTY, loop.time(),
@@ -435,7 +440,8 @@ class Replica:
                     await self._handle(await self._archive(manifest))
                 case FindLine(peer=peer, offset=offset):
                     try:
-                        line = await asyncio.to_thread(store.line_number, self.spot, offset)
+                        line = await asyncio.to_thread(store.line_number, self.spot, offset,
+                                                        self.records)
                     except OSError as err:
                         log.warning("%s: cannot count lines: %s", self.name, err)
                         continue
@@ -510,7 +516,7 @@ class Replica:
     async def _rehash(self, e: Rehash) -> None:
         try:
             ledger: Ledger | None = await asyncio.to_thread(
-                store.hash_file, self.spot, None, e.whole_lines, e.hold)
+                store.hash_file, self.spot, None, e.whole_lines, e.hold, self.records)
         except FileNotFoundError:
             ledger = None
         except OSError as err:

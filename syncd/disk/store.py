@@ -15,8 +15,10 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from syncd.core import zstdframes
 from syncd.core.errors import ConcurrentWrite, FileReplaced, FileShrank
 from syncd.core.ledger import BLOCK, Ledger
+from syncd.core.recordkinds import LINES, ZSTD_FRAMES
 from syncd.core.records import Stat, line_around  # noqa: F401  (re-exported)
 from syncd.core.spot import Spot
 from syncd.disk import tree
@@ -108,12 +110,14 @@ def _last_line_end(fd: int, start: int, end: int) -> int:
     return start
 
 
-def snapshot(path: Where, ranges: tuple[tuple[int, int], ...], line_end_from: int | None
+def snapshot(path: Where, ranges: tuple[tuple[int, int], ...], line_end_from: int | None,
+             records: str = LINES
              ) -> tuple[Stat | None, dict[tuple[int, int], bytes], int | None]:
     """The file's stat, the bytes of each range (shorter where the file is shorter) and,
-    when asked, the end of its last whole line past `line_end_from`: all through one
-    descriptor, so that they describe one file even if the name is replaced meanwhile.
-    A missing file gives (None, {}, None); a symbolic link is refused (NotRegularFile)."""
+    when asked, the end of its last whole record past `line_end_from` (a line, or a frame:
+    recordkinds.py): all through one descriptor, so that they describe one file even if the
+    name is replaced meanwhile. A missing file gives (None, {}, None); a symbolic link is
+    refused (NotRegularFile)."""
     try:
         fd = open_file(path)
     except FileNotFoundError:
@@ -122,7 +126,9 @@ def snapshot(path: Where, ranges: tuple[tuple[int, int], ...], line_end_from: in
         st = os.fstat(fd)
         reads = {(a, b): os.pread(fd, b - a, a) if b > a else b"" for a, b in ranges}
         line_end = None
-        if line_end_from is not None:
+        if line_end_from is not None and records == ZSTD_FRAMES:
+            line_end = _last_frame_end(fd, line_end_from, st.st_size, reads)
+        elif line_end_from is not None:
             line_end = _line_end_from_reads(reads, line_end_from, st.st_size)
             if line_end is None:
                 line_end = _last_line_end(fd, line_end_from, st.st_size)
@@ -130,6 +136,23 @@ def snapshot(path: Where, ranges: tuple[tuple[int, int], ...], line_end_from: in
             line_end
     finally:
         os.close(fd)
+
+
+def _last_frame_end(fd: int, start: int, size: int,
+                    reads: dict[tuple[int, int], bytes] | None = None) -> int:
+    """End of the last whole Zstandard frame in [start, size), `start` being a frame's start
+    (or `start`): the frame and block headers only are read, from `reads` where they hold
+    them, else from the file."""
+    def read(at: int, n: int) -> bytes:
+        for (a, _), data in (reads or {}).items():
+            if a <= at and at + n <= a + len(data):
+                return data[at - a: at - a + n]
+        return os.pread(fd, n, at)
+
+    scanner = zstdframes.FrameScanner(start)
+    zstdframes.walk(scanner, read, size)
+    end = scanner.pos if scanner.at_boundary else scanner.record_start
+    return start if end is None else end
 
 
 def _line_end_from_reads(reads: dict[tuple[int, int], bytes], start: int,
@@ -231,17 +254,20 @@ def chunks(path: Where, start: int, end: int) -> Iterator[bytes]:
 
 
 def hash_file(path: Where, limit: int | None = None, whole_lines: bool = True,
-              hold: int = 0) -> Ledger:
-    """A ledger of the file's bytes up to `limit` (or its end); by default only whole lines,
-    but never fewer than `hold` bytes (bytes already recorded as held are ours, mid-line or
-    not)."""
-    ledger = Ledger()
+              hold: int = 0, records: str = LINES) -> Ledger:
+    """A ledger of the file's bytes up to `limit` (or its end); by default only whole records
+    (lines, or frames), but never fewer than `hold` bytes (bytes already recorded as held are
+    ours, mid-record or not)."""
+    ledger = Ledger(records)
     st = stat(path)
     if st is None:
         raise FileNotFoundError(errno.ENOENT, "no such file", str(path))
     size = st.size
     end = size if limit is None else limit
-    if whole_lines:
+    if whole_lines and records == ZSTD_FRAMES:
+        with _Reader(path) as fd:
+            end = max(_last_frame_end(fd, 0, end), min(hold, size))
+    elif whole_lines:
         end = max(last_line_end(path, 0, end), min(hold, size))
     for chunk in chunks(path, 0, end):
         ledger.extend(chunk)
@@ -257,6 +283,9 @@ def partial_block(path: Where, offset: int) -> bytes:
     return data
 
 
-def line_number(path: Where, offset: int) -> int:
-    """1-based number of the line that holds byte `offset`."""
+def line_number(path: Where, offset: int, records: str = LINES) -> int:
+    """1-based number of the line (or frame) that holds byte `offset`."""
+    if records == ZSTD_FRAMES:
+        with _Reader(path) as fd:
+            return zstdframes.record_number(lambda at, n: os.pread(fd, n, at), offset)
     return 1 + sum(chunk.count(b"\n") for chunk in chunks(path, 0, offset))

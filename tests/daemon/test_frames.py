@@ -250,13 +250,6 @@ def test_random_topics_only_ever_raise_frame_error(topic: str) -> None:
         frames.parse_topic(P, P + "/" + topic)
 
 
-def test_pieces_end_at_line_ends_unless_a_line_is_too_long() -> None:
-    buf = b"aaaa\nbbbb\ncccccccccccccccc\nd\n"
-    assert frames.piece_end(buf, 0, len(buf), 12) == 10  # "aaaa\nbbbb\n"
-    assert frames.piece_end(buf, 10, len(buf), 12) == 22  # a 17-byte line: cut at 12
-    assert frames.piece_end(buf, 22, len(buf), 12) == len(buf)  # the rest fits
-
-
 def test_resource_items_round_trip_on_their_channels() -> None:
     e = frames.ResEntry("artifacts/shake/shake-1.log", 5, D, 0, "")
     s = frames.ResEntry("artifacts/shake/shake-1.log.json", 9, D, 3, "a")
