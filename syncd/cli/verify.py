@@ -20,7 +20,9 @@ import orjson
 from syncd.cli.common import DEFAULT_CONFIG, key_config_option
 from syncd.config import ConfigError, load_config
 from syncd.core.errors import SyncdError
-from syncd.core.logcheck import LogChecker, Problem, ProblemKind, Report, with_problems
+from syncd.core.framecheck import Checker, checker_for
+from syncd.core.logcheck import Problem, ProblemKind, Report, with_problems
+from syncd.core.recordkinds import kind_for
 from syncd.core.refs import required
 from syncd.core.roots import KeyPathError
 from syncd.core.safe_text import safe, safe_json
@@ -80,8 +82,9 @@ def read_chunks(path: Path) -> Iterator[bytes]:
             yield chunk
 
 
-def check_file(path: Path) -> Report:
-    checker = LogChecker()
+def check_file(path: Path, records: str | None = None) -> Report:
+    """`records`: lines or zstd frames; by default from the file's name (`*.zstd`: frames)."""
+    checker = checker_for(records or kind_for(path.name))
     for chunk in read_chunks(path):
         checker.feed(chunk)
     if path.name != INSTANCE_LOG:
@@ -89,7 +92,7 @@ def check_file(path: Path) -> Report:
     return missing_resources(path.parent / "resources", checker)
 
 
-def missing_resources(folder: Path, checker: LogChecker) -> Report:
+def missing_resources(folder: Path, checker: Checker) -> Report:
     """The checker's report, with every line whose referenced resource files are not in
     `folder` (the instance's resources/). Artifacts are written before the line that names
     them, so a missing one is damage; an asset's files that are not there are a note (the

@@ -143,6 +143,7 @@ class ProblemKind(StrEnum):
     MISSING_ANCHOR = "missing_anchor"
     MISSING_IMAGES_RECORD = "missing_images_record"
     MISSING_RESOURCE = "missing_resource"
+    DAMAGED_FRAME = "damaged_frame"  # a `.zstd` log's frame that does not decompress
     TORN_TAIL = "torn_tail"
 
 

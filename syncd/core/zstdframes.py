@@ -23,6 +23,7 @@ reserved descriptor bit) is damage, reported with the offset of the frame that h
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 MAGIC = 0xFD2FB528
 SKIPPABLE_FIRST, SKIPPABLE_LAST = 0x184D2A50, 0x184D2A5F
@@ -61,6 +62,21 @@ class FrameScanner:
             setattr(other, name, getattr(self, name))
         other._hdr = bytearray(self._hdr)
         return other
+
+    def to_state(self) -> list[int | str | None]:
+        return [self.pos, self.record_start, self.damage, self._state, self._next, self._need,
+                bytes(self._hdr).hex(), int(self._checksum), self._block_max]
+
+    @classmethod
+    def from_state(cls, state: list[Any]) -> FrameScanner:
+        s = cls.__new__(cls)
+        (s.pos, s.record_start, s.damage, s._state, s._next, s._need, hdr, checksum,
+         s._block_max) = state
+        s._hdr, s._checksum = bytearray.fromhex(hdr), bool(checksum)
+        if not (isinstance(s.pos, int) and isinstance(s._next, int)
+                and 0 <= len(s._hdr) <= s._need <= 14 and _MAGIC <= s._state <= _LOST):
+            raise ValueError("not a saved FrameScanner state")
+        return s
 
     @property
     def at_boundary(self) -> bool | None:

@@ -28,7 +28,9 @@ from pathlib import Path
 
 import orjson
 
+from syncd.core.framecheck import Checker, checker_for, checker_from_state
 from syncd.core.logcheck import LogChecker, Report
+from syncd.core.recordkinds import LINES
 from syncd.daemon import longline
 from syncd.disk import store
 
@@ -46,10 +48,11 @@ LONG_LINE_RETRY = 60.0  # seconds before a failed check of a long line is tried 
 
 
 class IncrementalVerifier:
-    def __init__(self, path: store.Where, state_file: Path) -> None:
+    def __init__(self, path: store.Where, state_file: Path, records: str = LINES) -> None:
         self.path = path
         self.state_file = state_file
-        self.checker = LogChecker(HOLD)
+        self.records = records  # lines, or zstd frames (each decompressed for its check)
+        self.checker: Checker = checker_for(records, HOLD)
         self.size = 0  # bytes of the file the checks have covered
         self._fed = 0  # bytes fed to the checker: `size`, and a long line waiting (longline.py)
         self._long_line_at = -LONG_LINE_RETRY  # when a long line's check last failed
@@ -71,7 +74,7 @@ class IncrementalVerifier:
             size = saved["size"]
             if not 0 <= size <= limit:
                 return
-            self.checker = LogChecker.from_state(saved["checker"].encode(), HOLD)
+            self.checker = checker_from_state(self.records, saved["checker"].encode(), HOLD)
             self._fed = self._saved_size = size
             self.size = size - _waiting(self.checker)
         except FileNotFoundError:
@@ -83,7 +86,7 @@ class IncrementalVerifier:
     def restart(self) -> None:
         """The file's history was replaced: check it again from byte 0."""
         self._generation += 1
-        self.checker = LogChecker(HOLD)
+        self.checker = checker_for(self.records, HOLD)
         self.size = self._fed = 0
         self._report = self._last = None
         self._saved_size = -1
@@ -244,6 +247,6 @@ class IncrementalVerifier:
         self.save(force=True)
 
 
-def _waiting(checker: LogChecker) -> int:
+def _waiting(checker: Checker) -> int:
     """Bytes fed to `checker` that its checks do not cover yet: a long line and its newline."""
     return checker.unread_line[1] + 1 if checker.unread_line is not None else 0

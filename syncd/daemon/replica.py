@@ -147,10 +147,11 @@ class Replica:
         self.spot = spot
         self.path = spot.path
         self._fspath = os.fspath(self.path)
-        self.records = host.records_of(key, file)
+        self.record_kind = host.records_of(key, file)  # lines or zstd frames
         self.machine = Machine(host.node, key, file, host.role_of(key), host.tuning(),
-                               online=host.presence, records=self.records)
-        self.verifier = IncrementalVerifier(spot, host.records.folder(key) / f"{file}.verify")
+                               online=host.presence, records=self.record_kind)
+        self.verifier = IncrementalVerifier(spot, host.records.folder(key) / f"{file}.verify",
+                                            self.record_kind)
         self.loaded = asyncio.Event()  # set once the start-up check is done (even if it failed)
         self._inbox: deque[Event] = deque()
         # id(event) -> (peer, bytes) of queued peers' events, taken from host.holdings
@@ -386,7 +387,7 @@ class Replica:
                 st, line_end = store.stat(self.spot), None
             else:
                 st, reads, line_end = store.snapshot(self.spot, plan.ranges, plan.line_end_from,
-                                                     self.records)
+                                                     self.record_kind)
         except OSError as e:
             self._unsafe(e)
             effects = m.handle(IoFailed(event, e.strerror or str(e)), EMPTY, loop.time(),
@@ -441,7 +442,7 @@ class Replica:
                 case FindLine(peer=peer, offset=offset):
                     try:
                         line = await asyncio.to_thread(store.line_number, self.spot, offset,
-                                                        self.records)
+                                                        self.record_kind)
                     except OSError as err:
                         log.warning("%s: cannot count lines: %s", self.name, err)
                         continue
@@ -516,7 +517,7 @@ class Replica:
     async def _rehash(self, e: Rehash) -> None:
         try:
             ledger: Ledger | None = await asyncio.to_thread(
-                store.hash_file, self.spot, None, e.whole_lines, e.hold, self.records)
+                store.hash_file, self.spot, None, e.whole_lines, e.hold, self.record_kind)
         except FileNotFoundError:
             ledger = None
         except OSError as err:
