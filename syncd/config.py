@@ -64,6 +64,11 @@ class MetricsConfig:
 
 
 ROLES = ("symmetric", "source", "replica")
+# dsh-session rolls a failed batch back (truncates to the previous length): its files' new
+# records wait until the file held still this long (docs/design.md, "A writer's rollback").
+SETTLE_DEFAULTS: tuple[tuple[str, float], ...] = (("session.jsonl", 0.05),
+                                                  ("session.jsonl.zstd", 0.05))
+SETTLE_MAX = 5.0
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,7 @@ class KeyConfig:
     writers: tuple[str, ...] | None = None  # None: every listed host
     resources: Rules | None = field(default_factory=Rules)  # None: resources/ not replicated
     records: str | None = None  # every file of the key: "lines" or "zstd-frames"; None: [records]
+    settle: float | None = None  # every file of the key; None: [settle]
 
 
 @dataclass(frozen=True)
@@ -108,6 +114,8 @@ class Config:
     source: Path | None = None
     # [records]: (file name pattern, record kind), first match first; then `*.zstd` is frames
     records: tuple[tuple[str, str], ...] = ()
+    # [settle]: (file name pattern, seconds), first match first; then SETTLE_DEFAULTS
+    settle: tuple[tuple[str, float], ...] = ()
 
     def wants_key(self, key: str) -> bool:
         """Whether this node replicates instance `key` (`onebot_123/group_456`).
@@ -141,6 +149,18 @@ class Config:
         if k is not None and k.records is not None:
             return k.records
         return recordkinds.kind_for(file, self.records)
+
+    def settle_of(self, key: str, file: str) -> float:
+        """Seconds the writer's file must hold still before its new records ship (a writer
+        that rolls failed batches back: docs/design.md): the key's `settle`, else the first
+        `[settle]` pattern matching the file name, else SETTLE_DEFAULTS, else 0."""
+        k = self.keys.get(key)
+        if k is not None and k.settle is not None:
+            return k.settle
+        for pattern, seconds in (*self.settle, *SETTLE_DEFAULTS):
+            if fnmatch.fnmatchcase(file, pattern):
+                return seconds
+        return 0.0
 
     def resources_of(self, key: str) -> Rules | None:
         """Which files of the key's resources/ replicate, by which rule (None: none)."""
@@ -193,13 +213,14 @@ _TOP = {
     "chunk_bytes", "fetch_window_bytes", "sweep_interval", "scrub_bytes_per_second",
     "scrub_interval", "persist_interval", "request_timeout", "mqtt", "keys", "role", "watch",
     "metrics", "roots", "admin_group", "limits", "resources", "batch_window", "records",
+    "settle",
 }
 _MQTT = {
     "host", "port", "brokers", "topic_prefix", "client_id", "username", "password_file",
     "keepalive", "reconnect_min", "reconnect_max", "tls", "tls_ca_file", "tls_cert_file",
     "tls_key_file", "subscribe_qos", "max_queued_bytes",
 }
-_KEY = {"files", "role", "writers", "resources", "records"}
+_KEY = {"files", "role", "writers", "resources", "records", "settle"}
 _RESOURCES = {"enabled", "include", "exclude", "replaced", "max_file_bytes", "max_depth"}
 _LIMITS = {"requests_per_second", "request_burst", "bytes_per_second", "byte_burst",
            "max_keys", "min_free_bytes", "max_peer_bytes", "max_resource_files"}
@@ -388,6 +409,12 @@ def parse_config(data: dict[str, Any], path: Path, text: str = "") -> Config:
     rec = _Reader(path, text, records_table, "records")
     records = tuple((pattern, rec.choice(pattern, recordkinds.LINES, recordkinds.KINDS))
                     for pattern in records_table)
+    settle_table = data.get("settle", {})
+    if not isinstance(settle_table, dict):
+        raise top.error("settle", 'must be a table of file name patterns ("session.jsonl" = '
+                                  '0.05)')
+    held = _Reader(path, text, settle_table, "settle")
+    settle = tuple((pattern, held.number(pattern, 0, 0, SETTLE_MAX)) for pattern in settle_table)
     keys_table = data.get("keys", {})
     if not isinstance(keys_table, dict):
         raise top.error("keys", "must be a table of tables ([keys.<name>])")
@@ -413,8 +440,10 @@ def parse_config(data: dict[str, Any], path: Path, text: str = "") -> Config:
                                    f"keys.{name}.resources", resources)
         key_records = (k.choice("records", recordkinds.LINES, recordkinds.KINDS)
                        if "records" in table else None)
+        key_settle = k.number("settle", 0, 0, SETTLE_MAX) if "settle" in table else None
         keys[name] = KeyConfig(files=key_files, role=k.choice("role", role, ROLES),
-                               writers=writers, resources=key_resources, records=key_records)
+                               writers=writers, resources=key_resources, records=key_records,
+                               settle=key_settle)
 
     chunk = top.integer("chunk_bytes", 256 * 1024, 4096, 16 * 1024 * 1024)
     return Config(
@@ -441,6 +470,7 @@ def parse_config(data: dict[str, Any], path: Path, text: str = "") -> Config:
         request_timeout=top.number("request_timeout", 3.0, 0.1, 3600),
         batch_window=top.number("batch_window", 0.01, 0, 0.5),
         records=records,
+        settle=settle,
         metrics=metrics,
         admin_group=admin_group,
         limits=limits,

@@ -137,6 +137,9 @@ ANNOUNCE_GAP = 0.5  # seconds between two position announcements of one file
 PAUSE_RETRY = 2.0  # seconds before a paused file tries to write again
 RELOAD_RETRY = 5.0  # seconds before an unreadable file is tried again
 SETTLE = 0.2  # a file that shrank must hold still this long before it is judged
+# Records held back (Machine.hold_back) are shipped after this many times the hold at most,
+# however busy the writer: a writer that never pauses is replicated late, not never.
+HOLD_BACK_MAX = 20
 LOOK_RETRY_MIN, LOOK_RETRY_MAX = 0.1, 5.0  # backoff of a failing look
 LOCATE_RETRY = 5.0  # seconds before asking a diverged peer again where we part
 OWN_REMOVAL_WINDOW = 5.0  # a deletion hint this soon after we archived is our own
@@ -236,11 +239,26 @@ class Settle:
     since: float
 
 
+@dataclass
+class Unsettled:
+    """The writer's new records held back (Machine.hold_back): the file as last seen, since
+    when it looks so, and since when records wait."""
+
+    seen: tuple[int, int]
+    since: float
+    first: float
+
+
 class Machine:
     def __init__(self, node: str, key: str, file: str, role: str, tuning: Tuning,
-                 online: dict[str, bool] | None = None, records: str = LINES) -> None:
+                 online: dict[str, bool] | None = None, records: str = LINES,
+                 settle: float = 0.0) -> None:
         self.node, self.key, self.file, self.role = node, key, file, role
         self.records = records  # what one record of the file is (recordkinds.py)
+        # Seconds the writer's file must hold still before its new records are recorded and
+        # shipped (its batch settled: written, synced, or rolled back): `_held_back`.
+        self.hold_back = settle
+        self.unsettled: Unsettled | None = None
         self.tuning = tuning
         self.mode = Mode.LOADING
         self.ledger: Ledger | None = None
@@ -522,6 +540,7 @@ class Machine:
             self.reload_at,
             self.announce_due,
             self.settle.since + SETTLE if self.settle else None,
+            self._unsettled_due(),
             (self.last_announce + self.tuning.reannounce
              if self.mode in (Mode.LIVE, Mode.FROZEN, Mode.ADOPTING) else None),
             (self.last_persist + self.tuning.persist_interval) if self._persist_ready()
@@ -826,7 +845,36 @@ class Machine:
                          f"'replica' (bytes past offset {ledger.size})", now, wall, out,
                          offset=ledger.size)
             return
+        if self._held_back(line_end > ledger.size, st, now):
+            return
         self._ship(snap, line_end, st, now, out, send=self.may_ship())
+
+    def _held_back(self, growth: bool, st: Stat, now: float) -> bool:
+        """Whether the writer's new whole records wait, unrecorded and unshipped, because the
+        file changed less than `hold_back` seconds ago (docs/design.md, "A writer's rollback").
+
+        A writer that rolls a failed batch back (dsh-session truncates the file to its
+        previous length after a failed write or sync) does so right after the write or the
+        sync returns. Records shipped meanwhile would be bytes the standbys keep and the writer
+        withdrew; records still held are only unshipped bytes, whose truncation is no event.
+        A file that never holds still ships after HOLD_BACK_MAX holds anyway."""
+        if not growth or self.hold_back <= 0:
+            self.unsettled = None
+            return False
+        seen = (st.size, st.mtime_ns)
+        u = self.unsettled
+        if u is None or u.seen != seen:
+            u = self.unsettled = Unsettled(seen, now, u.first if u is not None else now)
+        if now >= u.since + self.hold_back or now >= u.first + HOLD_BACK_MAX * self.hold_back:
+            self.unsettled = None
+            return False
+        return True
+
+    def _unsettled_due(self) -> float | None:
+        u = self.unsettled
+        if u is None:
+            return None
+        return min(u.since + self.hold_back, u.first + HOLD_BACK_MAX * self.hold_back)
 
     def _ship(self, snap: Snapshot, line_end: int, st: Stat, now: float,
               out: list[Effect], send: bool = True) -> None:
@@ -1353,6 +1401,8 @@ class Machine:
             if self.fetch is None:
                 self.paused = None  # nothing left to write: not paused any more
         if self.settle is not None and now >= self.settle.since + SETTLE:
+            out.append(LookAgain())
+        if (due := self._unsettled_due()) is not None and now >= due:
             out.append(LookAgain())
         if now >= self.last_announce + self.tuning.reannounce:
             self._announce(now, out, at_once=True)

@@ -263,6 +263,9 @@ class Node:
     def records_of(self, key: str, file: str) -> str:
         return self.config.records_of(key, file)
 
+    def settle_of(self, key: str, file: str) -> float:
+        return self.config.settle_of(key, file)
+
     def tuning(self) -> Tuning:
         return Tuning(chunk_bytes=self.chunk_bytes, fetch_window=self.fetch_window,
                       request_timeout=self.request_timeout,

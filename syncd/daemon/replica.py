@@ -113,6 +113,9 @@ class Host(Protocol):
     def records_of(self, key: str, file: str) -> str:
         """What one record of the file is: "lines" or "zstd-frames" (core/recordkinds.py)."""
 
+    def settle_of(self, key: str, file: str) -> float:
+        """Seconds the writer's file must hold still before its new records ship."""
+
     def send(self, kind: frames.Kind, key: str, file: str, payload: frames.Payload,
              to: str = "", retain: bool = False) -> None: ...
 
@@ -149,7 +152,8 @@ class Replica:
         self._fspath = os.fspath(self.path)
         self.record_kind = host.records_of(key, file)  # lines or zstd frames
         self.machine = Machine(host.node, key, file, host.role_of(key), host.tuning(),
-                               online=host.presence, records=self.record_kind)
+                               online=host.presence, records=self.record_kind,
+                               settle=host.settle_of(key, file))
         self.verifier = IncrementalVerifier(spot, host.records.folder(key) / f"{file}.verify",
                                             self.record_kind)
         self.loaded = asyncio.Event()  # set once the start-up check is done (even if it failed)

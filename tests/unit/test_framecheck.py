@@ -53,7 +53,7 @@ def test_a_bad_checksum_is_a_damaged_frame_with_its_number_and_offset() -> None:
 
 
 def test_bytes_that_are_no_frame_are_damage_and_a_line_check_would_not_know() -> None:
-    frames, buf = _session(2)
+    _, buf = _session(2)
     c = FrameChecker()
     c.feed(buf + b"{not a frame}\n")
     report = c.report()
