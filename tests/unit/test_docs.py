@@ -263,7 +263,8 @@ def test_the_fixture_is_what_the_old_readme_names() -> None:
 def test_every_config_key_is_in_the_reference() -> None:
     reference = config_keys((ROOT / "docs" / "configuration.md").read_text("utf-8"))
     sections = {s for s, _ in reference}
-    tables = {"mqtt", "peers", "keys", "metrics", "roots", "limits", "resources"}
+    tables = {"mqtt", "peers", "keys", "metrics", "roots", "limits", "resources", "records",
+              "settle"}
     expected = [("", k) for k in config._TOP - tables]
     expected += [("mqtt", k) for k in config._MQTT]
     expected += [("limits", k) for k in config._LIMITS]
