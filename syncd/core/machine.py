@@ -247,6 +247,7 @@ class Unsettled:
     seen: tuple[int, int]
     since: float
     first: float
+    looked: bool = False  # the look asked for when due is under way: no timer until judged
 
 
 class Machine:
@@ -868,11 +869,12 @@ class Machine:
         if now >= u.since + self.hold_back or now >= u.first + HOLD_BACK_MAX * self.hold_back:
             self.unsettled = None
             return False
+        u.looked = False
         return True
 
     def _unsettled_due(self) -> float | None:
         u = self.unsettled
-        if u is None:
+        if u is None or u.looked:
             return None
         return min(u.since + self.hold_back, u.first + HOLD_BACK_MAX * self.hold_back)
 
@@ -1403,6 +1405,8 @@ class Machine:
         if self.settle is not None and now >= self.settle.since + SETTLE:
             out.append(LookAgain())
         if (due := self._unsettled_due()) is not None and now >= due:
+            assert self.unsettled is not None
+            self.unsettled.looked = True  # a look judges the file again (or it changed)
             out.append(LookAgain())
         if now >= self.last_announce + self.tuning.reannounce:
             self._announce(now, out, at_once=True)

@@ -1,5 +1,6 @@
 """Run the simulator: `python -m tests.sim --seeds 100000` (long mode, prints a summary),
-`python -m tests.sim --seed S -v` (replay one seed and print its history)."""
+`python -m tests.sim --seed S -v` (replay one seed and print its history); `--records
+zstd-frames` for a log of Zstandard frames."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ from tests.sim import resworld
 from tests.sim.world import Violation, run_seed
 
 RESOURCES = False  # --resources: run resworld.py's seeds instead of the log's
+RECORDS = "lines"  # --records zstd-frames: the log's records are Zstandard frames
 
 
 def _run(seed: int) -> resworld.ResWorld | object:
-    return resworld.run_seed(seed) if RESOURCES else run_seed(seed)
+    return resworld.run_seed(seed) if RESOURCES else run_seed(seed, RECORDS)
 
 
 def _one(seed: int) -> tuple[int, str | None, collections.Counter[str]]:
@@ -37,9 +39,11 @@ def main() -> int:
     parser.add_argument("-v", "--verbose", action="store_true")
     parser.add_argument("--resources", action="store_true",
                         help="simulate resources/ (tests/sim/resworld.py) instead of the log")
+    parser.add_argument("--records", choices=("lines", "zstd-frames"), default="lines",
+                        help="what one record of the simulated log is")
     args = parser.parse_args()
-    global RESOURCES
-    RESOURCES = args.resources
+    global RESOURCES, RECORDS
+    RESOURCES, RECORDS = args.resources, args.records
     if args.seed is not None:
         try:
             world = _run(args.seed)

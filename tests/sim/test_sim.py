@@ -26,6 +26,30 @@ def test_quick_mode_finds_no_violation() -> None:
     assert not failures, "\n\n".join(failures)
 
 
+FRAME_SEEDS = 300  # ~25 s: the log's records are Zstandard frames (dsh-session's .zstd)
+
+
+def test_quick_mode_with_frame_records_finds_no_violation() -> None:
+    failures = []
+    for seed in range(FRAME_SEEDS):
+        try:
+            run_seed(seed, "zstd-frames")
+        except Violation as v:
+            failures.append(str(v))
+            if len(failures) >= 3:
+                break
+    assert not failures, "\n\n".join(failures)
+
+
+def test_a_quiet_frames_world_converges_to_the_writers_frames() -> None:
+    world = World(7, hosts=3, steps=40, faults=False, records="zstd-frames")
+    world.run()
+    copies = {bytes(h.file.data) for h in world.hosts.values() if h.file is not None}
+    assert len(copies) == 1
+    (copy,) = copies
+    assert len(world.records_of(copy)) >= 40 and world.last_end(copy) == len(copy)
+
+
 def test_a_seed_replays_exactly() -> None:
     first, second = run_seed(12345), run_seed(12345)
     assert first.history == second.history

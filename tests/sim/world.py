@@ -9,6 +9,10 @@ written-but-unsynced bytes apart from durable ones (a power loss drops them).
 
 Blocks are shrunk to BLOCK_SIM bytes while a world runs (`small_blocks`), so that a few lines
 cross block boundaries, where the re-check of the end is most delicate.
+
+A world's records are lines, or Zstandard frames (`records="zstd-frames"`: each "line" the
+writer makes is then one checksummed frame holding it, as dsh-session writes; every rule
+below that speaks of lines then speaks of frames: core/recordkinds.py).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any, cast
 from syncd.core import ledger as ledger_mod
 from syncd.core import machine as machine_mod
 from syncd.core import reconcile as reconcile_mod
+from syncd.core import recordkinds, zstdframes
 from syncd.core.events import (
     EMPTY,
     AdoptDone,
@@ -77,6 +82,7 @@ from syncd.core.machine import (
 )
 from syncd.core.reconcile import PeerState
 from syncd.core.records import FileRecord, Stat
+from tests.support import zstd
 
 BLOCK_SIM = 64
 PAGE_SIM = 16  # the page size for writes cut short (machine.PAGE)
@@ -174,7 +180,8 @@ class SimHost:
         w = self.world
         self.alive = True
         self.machine = Machine(self.name, KEY, FILE, "symmetric", w.tuning,
-                               online={h: w.hosts[h].connected for h in w.hosts if h != self.name})
+                               online={h: w.hosts[h].connected for h in w.hosts if h != self.name},
+                               records=w.records, settle=w.settle)
         self.inbox.clear()
         self.look_pending = False
         self.busy = False
@@ -242,8 +249,7 @@ class SimHost:
                 for a, b in plan.ranges:
                     reads[(a, b)] = bytes(f.data[a:b]) if b > a else b""
                 if plan.line_end_from is not None:
-                    cut = f.data.rfind(b"\n", plan.line_end_from)
-                    line_end = cut + 1 if cut >= 0 else plan.line_end_from
+                    line_end = w.last_end(bytes(f.data), plan.line_end_from)
             if isinstance(event, Look):
                 self.look_failing = False
             snap = Snapshot(f.stat() if f else None, reads, line_end)
@@ -311,8 +317,9 @@ class SimHost:
                     self.tampered = True  # its history is replaced by another
                     self.handle(Archived(f"archive/{len(self.archives)}"))
                 case FindLine():
-                    data = self.file.data if self.file else b""
-                    self.handle(LineFound(e.peer, e.offset, 1 + data.count(b"\n", 0, e.offset)))
+                    data = bytes(self.file.data) if self.file else b""
+                    self.handle(LineFound(e.peer, e.offset, self.world.record_number(data,
+                                                                                     e.offset)))
                 case LookAgain():
                     self.look_pending = True
                 case Redeliver():
@@ -398,17 +405,21 @@ class SimHost:
             return None
         end = len(f.data)
         if e.whole_lines:
-            cut = f.data.rfind(b"\n")
-            end = max(cut + 1, min(e.hold, len(f.data)))
-        led = Ledger()
+            end = max(self.world.last_end(bytes(f.data)), min(e.hold, len(f.data)))
+        led = Ledger(self.world.records)
         led.extend(bytes(f.data[:end]))
         return led
 
 
 class World:
-    def __init__(self, seed: int, hosts: int, steps: int, faults: bool = True) -> None:
+    def __init__(self, seed: int, hosts: int, steps: int, faults: bool = True,
+                 records: str = recordkinds.LINES) -> None:
         self.seed = seed
+        self.records = records
+        self.frames = records == recordkinds.ZSTD_FRAMES
         self.rng = random.Random(seed)
+        # A frames world's writer is dsh-session: its records wait for the file to settle.
+        self.settle = self.rng.choice([0.0, 0.05]) if self.frames else 0.0
         self.steps = steps
         self.faults = faults
         self.now = 0.0
@@ -457,7 +468,8 @@ class World:
                 m = h.m
                 raise Violation(f"{h.name} asks to be woken at {due:.4f} again and again and "
                                 f"does nothing (mode {m.mode.value}, fetch {m.fetch}, trouble "
-                                f"{m.trouble}, settle {m.settle}, locating {m.locating}, "
+                                f"{m.failing}, settle {m.settle}, unsettled {m.unsettled}, "
+                                f"locating {m.locating}, "
                                 f"reload {m.reload_at}, announce {m.announce_due}, persist "
                                 f"{m.last_persist} {m.record_dirty} {m.unsynced} "
                                 f"{m.position.size} {m.held})")
@@ -488,14 +500,43 @@ class World:
         self.line_no += 1
         pad = "x" * self.rng.randrange(0, 60)
         line = f'{{"id":"{host}-{self.line_no}","p":"{pad}"}}\n'.encode()
+        if self.frames:
+            line = zstd.frame(line)  # a record: one frame (its bytes hold 0x0A now and then)
         self.written.add(line)
         return line
+
+    # --- records: lines, or frames ------------------------------------------------------------
+
+    def last_end(self, data: bytes, start: int = 0) -> int:
+        return recordkinds.last_end(self.records, data, start)
+
+    def ends_record(self, data: bytes | bytearray) -> bool:
+        return self.last_end(bytes(data)) == len(data) if self.frames else \
+            data.endswith(b"\n")
+
+    def records_of(self, data: bytes) -> list[bytes]:
+        """The whole records of `data`, from its start (frames: up to any damage)."""
+        if self.frames:
+            return zstdframes.split(data)[0]
+        return [r for r in data.splitlines(keepends=True) if r.endswith(b"\n")]
+
+    def record_number(self, data: bytes, offset: int) -> int:
+        if self.frames:
+            return zstdframes.record_number(lambda at, n: data[at: at + n], offset)
+        return 1 + data.count(b"\n", 0, offset)
+
+    def record_ends(self, data: bytes) -> list[int]:
+        ends, at = [], 0
+        for r in self.records_of(data):
+            at += len(r)
+            ends.append(at)
+        return ends
 
     def write(self, h: SimHost, data: bytes) -> None:
         if h.file is None:
             h.file = self.new_file()
         f = h.file
-        if f.data and not f.data.endswith(b"\n"):
+        if f.data and not f.data.endswith(b"\n") and not self.frames:
             # The bot appends whatever the file ends with (it does not look): onto a piece of
             # a peer's long line, say, after a failover mid-line. That line is the writer's
             # doing, not syncd's.
@@ -504,6 +545,10 @@ class World:
             if cut >= 0:
                 self.written.add(bytes(f.data[start:]) + data[: cut + 1])
         h.file.data += data
+        if self.frames and not self.ends_record(h.file.data[: len(h.file.data) - len(data)]):
+            # The bot appends whatever the file ends with: onto a piece of a peer's long
+            # frame, say. Whatever whole records that makes are the writer's doing.
+            self._register_lines(h.file)
         h.file.origin += bytes(len(data))
         h.file.mtime = self.tick_ns()
         self.hint(h)
@@ -629,13 +674,15 @@ class World:
 
     def fault_edit(self, h: SimHost) -> None:
         f = h.file
-        end = f.data.rfind(b"\n") if f is not None else -1  # whole lines: what an operator edits
+        # whole lines: what an operator edits
+        end = (self.last_end(bytes(f.data)) - 1 if self.frames else f.data.rfind(b"\n")) \
+            if f is not None else -1
         if f is None or end < 1:
             return
         # Near the end mostly (block boundaries), anywhere sometimes.
         lo = max(0, end - 2 * BLOCK_SIM) if self.rng.random() < 0.7 else 0
         at = self.rng.randrange(lo, end)
-        if f.data[at] == ord("\n"):
+        if f.data[at] == ord("\n") and not self.frames:
             return
         f.data[at] = ord("E") if f.data[at] != ord("E") else ord("F")
         self._register_lines(f)
@@ -651,7 +698,11 @@ class World:
         f = h.file
         if f is None or not f.data:
             return
-        cut = f.data.rfind(b"\n", 0, self.rng.randrange(0, len(f.data)))
+        limit = self.rng.randrange(0, len(f.data))
+        if self.frames:
+            cut = max([0, *(e for e in self.record_ends(bytes(f.data)) if e <= limit)]) - 1
+        else:
+            cut = f.data.rfind(b"\n", 0, limit)
         del f.data[cut + 1:]
         del f.origin[cut + 1:]
         f.synced = f.synced[: len(f.data)]
@@ -678,7 +729,7 @@ class World:
             data += self.line(h.name)
         new = self.new_file(bytes(data[:size]))
         new.synced = bytes(new.data)
-        if size and not new.data.endswith(b"\n"):
+        if size and not self.ends_record(new.data):
             self._register_lines(new)
         h.file = new
         h.tampered = True
@@ -763,9 +814,7 @@ class World:
             getattr(self, "fault_" + kind)(h)
 
     def _register_lines(self, f: SimFile) -> None:
-        for line in bytes(f.data).splitlines(keepends=True):
-            if line.endswith(b"\n"):
-                self.written.add(line)
+        self.written.update(self.records_of(bytes(f.data)))
 
     def log(self, text: str) -> None:
         self.history.append(f"{self.now:9.4f} {text}")
@@ -778,8 +827,8 @@ class World:
             if f is not None and (f is not h.checked_file or len(f.data) != h.checked_size
                                   or f.mtime != h.checked_mtime):
                 h.checked_file, h.checked_size, h.checked_mtime = f, len(f.data), f.mtime
-                for line in bytes(f.data).splitlines(keepends=True):
-                    if line.endswith(b"\n") and line not in self.written:
+                for line in self.records_of(bytes(f.data)):
+                    if line not in self.written:
                         raise Violation(f"{h.name} holds a line nobody wrote: {line[:80]!r}")
             if (h.alive and h.machine is not None and h.look_failing
                     and h.m.state_word() in ("in_sync", "ahead", "behind", "alone")):
@@ -858,7 +907,8 @@ class World:
         copies = {}
         for h in unfrozen:
             data = bytes(h.file.data) if h.file else b""
-            if b"\n" in data[h.m.held:]:
+            if self.last_end(data, h.m.held) > h.m.held if self.frames else \
+                    b"\n" in data[h.m.held:]:
                 raise Violation(f"{h.name} never took in a whole line past {h.m.held}")
             copies[h.name] = data[: h.m.held]  # past it: a crashed writer's torn line
         # A divergence isolates the two hosts from each other only: every other pair of live
@@ -928,11 +978,12 @@ def _event_of(sender: str, e: Send) -> Event | None:
     return None
 
 
-def run_seed(seed: int) -> World:
+def run_seed(seed: int, records: str = recordkinds.LINES) -> World:
     """One seeded history; raises Violation (with the seed) if an invariant breaks."""
     rng = random.Random(seed)
-    world = World(seed, hosts=rng.randrange(2, 6), steps=rng.randrange(15, 60))
-    run_or_explain(world, seed, f"python -m tests.sim --seed {seed} -v")
+    world = World(seed, hosts=rng.randrange(2, 6), steps=rng.randrange(15, 60), records=records)
+    more = "" if records == recordkinds.LINES else f" --records {records}"
+    run_or_explain(world, seed, f"python -m tests.sim --seed {seed}{more} -v")
     return world
 
 
