@@ -794,6 +794,8 @@ class Machine:
             self.inode = st.inode  # an empty history holds nothing to lose: any file is ours
         if change is not LocalChange.SHRUNK:
             self.settle = None
+        if change is not LocalChange.GROWTH:
+            self.unsettled = None  # what was held back is gone (rolled back) or never was
         if change is LocalChange.NONE:
             return
         if self.mode is Mode.ADOPTING:
