@@ -57,6 +57,8 @@ def test_a_zstd_session_is_byte_identical_on_three_hosts_and_checked_by_frame(
         check = wait_until(lambda d=d: (f := d.file_status(KEY, ZST)["log_check"])["bytes"]
                            == len(data) and f, 15, f"{d.node}'s log check")
         assert check["clean"] is True and check["problems"] == {}, check
+        wait_until(lambda d=d: d.file_status(KEY, ZST)["ready"], 15,
+                   f"READY for {ZST} on {d.node} ({d.file_status(KEY, ZST)['not_ready']})")
 
 
 def test_a_torn_frame_at_the_tail_is_not_shipped_until_it_is_finished(
