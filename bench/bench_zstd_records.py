@@ -23,10 +23,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from syncd.core.framecheck import FrameChecker  # noqa: E402
-from syncd.core.logcheck import LogChecker  # noqa: E402
-from syncd.disk import store  # noqa: E402
-from tests.support.dshwriter import DshWriter  # noqa: E402
+from syncd.core.framecheck import FrameChecker
+from syncd.core.logcheck import LogChecker
+from syncd.disk import store
+from tests.support.dshwriter import DshWriter
 
 
 def _write(folder: Path, mb: int) -> tuple[Path, Path, int]:
