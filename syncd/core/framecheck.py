@@ -6,7 +6,7 @@ frames file as they treat a lines file; `checker_for(records)` picks one. The by
 file's compressed bytes; a frame is decompressed once it is whole (libzstd checks its content
 checksum when it has one) and the lines it holds go to the JSONL checker behind, whose line
 numbers and offsets count the decompressed stream (as `zstdcat FILE | jq` would). Problems of
-the frames themselves name the frame (1-based, `line` of the Problem) and its file offset:
+the frames themselves name the frame (1-based, in `line` and in the message) and its file offset:
 `damaged_frame` (a frame that does not decompress, or bytes that are no frame) and
 `torn_tail` (an unfinished frame at the end, which syncd never ships).
 
@@ -115,7 +115,8 @@ class FrameChecker:
                     raise _zstd.ZstdError("the frame ends before its content does")
         except _zstd.ZstdError as e:
             self._record(Problem(ProblemKind.DAMAGED_FRAME, number, offset,
-                                 f"frame {number} ({size} bytes) does not decompress", str(e)))
+                                 f"frame {number} ({size} bytes from byte {offset}) does not "
+                                 "decompress", str(e)))
 
     def _record(self, problem: Problem) -> None:
         count = self._counts.get(problem.kind.value, 0) + 1
@@ -134,11 +135,13 @@ class FrameChecker:
         sc = self._scanner
         if self._frame_size and sc.damage is not None:
             extra.append(Problem(ProblemKind.DAMAGED_FRAME, self._frames + 1, self._checked,
-                                 f"{self._frame_size} bytes at the end are no Zstandard frame",
+                                 f"frame {self._frames + 1}: the {self._frame_size} bytes from "
+                                 f"byte {self._checked} on are no Zstandard frame",
                                  sc.damage))
         elif self._frame_size:
             extra.append(Problem(ProblemKind.TORN_TAIL, self._frames + 1, self._checked,
-                                 f"torn tail: an unfinished frame of {self._frame_size} bytes"))
+                                 f"torn tail: frame {self._frames + 1} is unfinished "
+                                 f"({self._frame_size} bytes from byte {self._checked})"))
         notes = [f"frame {n} at offset {o} ({s} bytes) is too large to check here"
                  for n, o, s in self._unchecked]
         report = with_problems(inner, extra, notes)
