@@ -32,7 +32,6 @@ BLOCK_MAX = 128 * 1024  # Block_Maximum_Size: min(Window_Size, 128 KiB)
 # What the next header bytes are.
 (_MAGIC, _DESCRIPTOR, _HEADER_REST, _HEADER_REST_SINGLE, _SKIP_SIZE, _BLOCK, _CHECKSUM,
  _DAMAGED, _LOST) = range(9)
-_NEED = {_MAGIC: 4, _DESCRIPTOR: 1, _SKIP_SIZE: 4, _BLOCK: 3, _CHECKSUM: 4}
 _DID_BYTES = (0, 1, 2, 4)
 _FCS_BYTES = (0, 2, 4, 8)
 
@@ -148,11 +147,10 @@ class FrameScanner:
             fcs = _FCS_BYTES[d >> 6] or (1 if single else 0)
             rest = (0 if single else 1) + _DID_BYTES[d & 3] + fcs
             self._block_max = BLOCK_MAX
-            if single:  # no window descriptor: the window is the content size
-                self._expect(_HEADER_REST_SINGLE, pos, rest) if rest else \
-                    self._expect(_BLOCK, pos, 3)
-            else:
-                self._expect(_HEADER_REST, pos, rest)
+            # Single segment: no window descriptor (the window is the content size, which
+            # libzstd holds blocks to; a frame that breaks that is whole, and does not
+            # decompress: the log check says so).
+            self._expect(_HEADER_REST_SINGLE if single else _HEADER_REST, pos, rest)
         elif state == _HEADER_REST:
             self._block_max = min(BLOCK_MAX, window_size(h[0]))
             self._expect(_BLOCK, pos, 3)
@@ -199,25 +197,36 @@ def window_size(descriptor: int) -> int:
 Read = Callable[[int, int], bytes]
 
 
-def walk(scanner: FrameScanner, read: Read, size: int, max_steps: int = 1 << 20) -> None:
+FRAME_STEPS = 1 << 15  # header reads per frame at most: 4 GiB at libzstd's 128 KiB blocks
+
+
+def walk(scanner: FrameScanner, read: Read, size: int, stop_at: int | None = None,
+         frame_steps: int = FRAME_STEPS) -> None:
     """Advance `scanner` over a file of `size` bytes reading headers only (`read(offset, n)`
-    returns up to n bytes there), as far as whole headers go, in at most `max_steps` reads."""
-    for _ in range(max_steps):
-        want = scanner.wanted()
-        if want is None:
-            return
+    returns up to n bytes there), as far as whole headers go; stop at the first frame end
+    at or past `stop_at`, and inside a frame of more than `frame_steps` headers (a frame that
+    long, or a bot's stream of empty 3-byte blocks, is never whole here)."""
+    steps = 0
+    while (want := scanner.wanted()) is not None:
         at, n = want
         if at + n > size:
             scanner.skip_to(min(at, size))
             return
         scanner.skip_to(at)
+        if scanner.at_boundary:
+            if stop_at is not None and scanner.pos >= stop_at:
+                return
+            steps = 0
+        steps += 1
+        if steps > frame_steps:
+            return
         data = read(at, n)
         if len(data) < n:
             return
         scanner.feed(data)
 
 
-def record_number(read: Read, offset: int, max_steps: int = 1 << 20) -> int:
+def record_number(read: Read, offset: int, max_steps: int = 1 << 24) -> int:
     """1-based number of the frame that holds byte `offset` (headers read only)."""
     scanner = FrameScanner(0)
     number = 0

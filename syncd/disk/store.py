@@ -127,7 +127,8 @@ def snapshot(path: Where, ranges: tuple[tuple[int, int], ...], line_end_from: in
         reads = {(a, b): os.pread(fd, b - a, a) if b > a else b"" for a, b in ranges}
         line_end = None
         if line_end_from is not None and records == ZSTD_FRAMES:
-            line_end = _last_frame_end(fd, line_end_from, st.st_size, reads)
+            read_end = max((b for _, b in ranges), default=line_end_from)
+            line_end = _last_frame_end(fd, line_end_from, st.st_size, reads, read_end)
         elif line_end_from is not None:
             line_end = _line_end_from_reads(reads, line_end_from, st.st_size)
             if line_end is None:
@@ -139,10 +140,13 @@ def snapshot(path: Where, ranges: tuple[tuple[int, int], ...], line_end_from: in
 
 
 def _last_frame_end(fd: int, start: int, size: int,
-                    reads: dict[tuple[int, int], bytes] | None = None) -> int:
+                    reads: dict[tuple[int, int], bytes] | None = None,
+                    stop_at: int | None = None) -> int:
     """End of the last whole Zstandard frame in [start, size), `start` being a frame's start
     (or `start`): the frame and block headers only are read, from `reads` where they hold
-    them, else from the file."""
+    them, else from the file. With `stop_at`, the first frame end at or past it will do (a
+    look ships at most what it read: a backlog of a million frames is not walked whole at
+    every look)."""
     def read(at: int, n: int) -> bytes:
         for (a, _), data in (reads or {}).items():
             if a <= at and at + n <= a + len(data):
@@ -150,7 +154,7 @@ def _last_frame_end(fd: int, start: int, size: int,
         return os.pread(fd, n, at)
 
     scanner = zstdframes.FrameScanner(start)
-    zstdframes.walk(scanner, read, size)
+    zstdframes.walk(scanner, read, size, stop_at)
     end = scanner.pos if scanner.at_boundary else scanner.record_start
     return start if end is None else end
 

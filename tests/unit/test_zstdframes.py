@@ -170,3 +170,31 @@ def test_random_bytes_never_raise_and_never_claim_more_than_they_hold(data: byte
     s.feed(data)
     assert s.pos == start + len(data)
     assert s.record_start is None or start <= s.record_start <= s.pos
+
+
+def test_a_walk_stops_past_the_read_and_inside_a_frame_of_too_many_blocks() -> None:
+    frames = _frames(*(b"x%d\n" % i for i in range(50)))
+    buf = b"".join(frames)
+    read_count = 0
+
+    def read(at: int, n: int) -> bytes:
+        nonlocal read_count
+        read_count += 1
+        return buf[at: at + n]
+
+    s = FrameScanner(0)
+    zstdframes.walk(s, read, len(buf), stop_at=len(frames[0]) + 1)
+    assert s.at_boundary and s.pos == len(frames[0]) + len(frames[1])  # the frame crossing it
+    assert read_count <= 10  # 5 headers a frame: magic, descriptor, window, block, checksum
+    s = FrameScanner(0)
+    zstdframes.walk(s, read, len(buf))  # no per-walk cap: every frame of a long file
+    assert s.pos == len(buf)
+    # A frame of 20 empty non-last raw blocks, then its last one: past frame_steps, never whole.
+    many = struct.pack("<I", zstdframes.MAGIC) + bytes([0x00, 0x50]) + b"\x00\x00\x00" * 20 \
+        + b"\x01\x00\x00"
+    s = FrameScanner(0)
+    zstdframes.walk(s, lambda at, n: many[at: at + n], len(many), frame_steps=10)
+    assert not s.at_boundary and s.record_start == 0
+    s = FrameScanner(0)
+    zstdframes.walk(s, lambda at, n: many[at: at + n], len(many), frame_steps=30)
+    assert s.at_boundary and s.pos == len(many)
