@@ -104,25 +104,28 @@ class FrameScanner:
             else:
                 self.pos += len(view)
                 return
-        while view:
-            if self._state == _DAMAGED:
-                self.pos += len(view)
-                return
-            if self.pos < self._next:  # content: skipped
-                n = min(len(view), self._next - self.pos)
-                self.pos += n
-                view = view[n:]
-                continue
-            if self._state == _MAGIC and not self._hdr:
-                self.record_start = self.pos
-            n = min(len(view), self._need - len(self._hdr))
-            self._hdr += view[:n]
-            self.pos += n
-            view = view[n:]
-            if len(self._hdr) == self._need:
+        base = self.pos  # the offset of view[0]
+        end = base + len(view)
+        while self._state != _DAMAGED:
+            held = len(self._hdr)
+            at = self._next + held  # the next header byte needed; before it: content
+            if at >= end:
+                break
+            if self._state == _MAGIC and not held:
+                self.record_start = at
+            need = self._need - held
+            take = min(need, end - at)
+            if not held and take == need:  # the whole header is here (the usual case)
+                header = bytes(view[at - base: at - base + need])
+            else:
+                self._hdr += view[at - base: at - base + take]
+                if take < need:
+                    break
                 header = bytes(self._hdr)
                 self._hdr.clear()
-                self._header(header)
+            self.pos = at + take
+            self._header(header)
+        self.pos = end
 
     def _header(self, h: bytes) -> None:
         """A whole header ends at self.pos: what follows it."""
