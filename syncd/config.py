@@ -73,6 +73,10 @@ class KeyConfig:
     resources: Rules | None = field(default_factory=Rules)  # None: resources/ not replicated
 
 
+# The daemon's control socket, in state_dir: `status`, `reload`, `adopt` talk to it.
+SOCKET_NAME = "syncd.sock"
+
+
 @dataclass(frozen=True)
 class Config:
     node: str
