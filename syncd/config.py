@@ -81,6 +81,10 @@ class KeyConfig:
     settle: float | None = None  # every file of the key; None: [settle]
 
 
+# The daemon's control socket, in state_dir: `status`, `reload`, `adopt` talk to it.
+SOCKET_NAME = "syncd.sock"
+
+
 @dataclass(frozen=True)
 class Config:
     node: str

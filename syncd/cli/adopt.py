@@ -16,8 +16,8 @@ from pathlib import Path
 import click
 
 from syncd.cli.common import config_option, load_or_exit
+from syncd.config import SOCKET_NAME
 from syncd.core.safe_text import safe
-from syncd.daemon.node import SOCKET_NAME
 from syncd.ops.control import ControlError, stream
 
 

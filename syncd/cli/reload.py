@@ -17,9 +17,8 @@ from pathlib import Path
 import click
 
 from syncd.cli.common import config_option, load_or_exit
-from syncd.config import ConfigError
+from syncd.config import SOCKET_NAME, ConfigError
 from syncd.core.safe_text import safe
-from syncd.daemon.node import SOCKET_NAME
 from syncd.net import tls
 from syncd.ops.control import ControlError, query
 

@@ -32,10 +32,10 @@ import click
 import orjson
 
 from syncd.cli.common import config_option, load_or_exit
+from syncd.config import SOCKET_NAME
 from syncd.core import selection
 from syncd.core.safe_text import safe, safe_json, safe_tree
 from syncd.core.takeover import Takeover, takeover, to_json
-from syncd.daemon.node import SOCKET_NAME
 from syncd.ops.control import ControlError, Unreachable, query
 
 PROBLEM_STATES = {"diverged", "reset", "paused", "error"}

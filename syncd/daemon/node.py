@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
-from syncd.config import Config, ConfigError, load_config
+from syncd.config import SOCKET_NAME, Config, ConfigError, load_config
 from syncd.core import frames
 from syncd.core.budget import ANSWER_OVERHEAD, Budgets, Holdings, probe_cost, serve_cost
 from syncd.core.errors import SyncdError
@@ -75,7 +75,6 @@ from syncd.net.positions import PositionSender
 
 log = logging.getLogger("syncd.node")
 
-SOCKET_NAME = "syncd.sock"
 ADOPT_STALL_SECONDS = 60
 FULL_SWEEP = 10  # every how many rounds of the sweep the machines' deadlines are checked too
 SWEEP_FILES = 100  # files stat'ed per sweep while the watcher is on (see _sweep_forever)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -26,10 +27,29 @@ def node_identity(node: str, generation: str = "") -> Identity:
                               .digest())
 
 
+# Ports handed out by free_port in this process: a port is free until its server binds it,
+# and the kernel may hand the same one out twice meanwhile (a NATS member got one port as its
+# client and its cluster port, and exited).
+_HANDED_OUT: set[int] = set()
+# Below the kernel's ephemeral range (32768-60999 by default), where no outgoing connection
+# can take a port between free_port() and the bind of the server it is for.
+_PORTS = range(20000, 32000)
+_RANDOM = random.Random()  # its own: a test that seeds `random` must not pick our ports
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback TCP port nobody listens on, never the same twice in one process."""
+    while True:
+        port = _RANDOM.choice(_PORTS)
+        if port in _HANDED_OUT:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
+        return port
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition",
