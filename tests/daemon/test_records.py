@@ -9,6 +9,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from tests.support import zstd
 from tests.support.cluster import Broker, Daemon, wait_until
 from tests.support.dshwriter import DshWriter, roll_back, start_failing_batch
@@ -115,30 +117,32 @@ def test_a_writer_killed_mid_frame_repairs_its_tail_and_goes_on_without_a_freeze
     assert a.file_status(KEY, ZST)["freeze"] is None
 
 
-def test_a_rolled_back_batch_of_lines_never_reaches_the_standbys_and_freezes_nothing(
-    broker: Broker, make_daemon: Callable[..., Daemon]
+@pytest.mark.parametrize("file", [JSONL, ZST])
+def test_a_rolled_back_batch_never_reaches_the_standbys_and_freezes_nothing(
+    broker: Broker, make_daemon: Callable[..., Daemon], file: str
 ) -> None:
-    """The library's ENOSPC path on a plain session.jsonl: a batch's first write(2) lands
-    (whole lines), the next fails some milliseconds later, and the file is truncated to its
-    previous length. syncd's rule (docs/design.md, "A writer's rollback"): the records of
-    a dsh file wait until the file held still for `settle` (50 ms for session.jsonl*)."""
+    """The library's ENOSPC/EIO path: a batch lands (on session.jsonl its first write(2) of
+    whole lines; on session.jsonl.zstd its whole frame, whose sync then fails) and some
+    milliseconds later the file is truncated to its previous length. syncd's rule
+    (docs/design.md, "A writer's rollback"): the records of a dsh file wait until the file
+    held still for `settle` (50 ms for session.jsonl* by default)."""
     a, b, c = (make_daemon(n, broker, extra=FILES) for n in "abc")
-    w = DshWriter(a.path(KEY, JSONL), "none")
+    w = DshWriter(a.path(KEY, file), "zstd" if file == ZST else "none")
     w.header()
     w.write_batch(w.turn(1))
-    wait_equal_file(w.path.read_bytes(), b, c, file=JSONL)
+    wait_equal_file(w.path.read_bytes(), b, c, file=file)
     for attempt in range(3):  # the issue saw it 3 times out of 3
-        withdrawn = w.encode(w.turn(100 + attempt) * 20)  # whole lines, ~100 KB
+        withdrawn = w.encode(w.turn(100 + attempt) * 20)  # ~100 KB of lines, or one frame
         fd, before = start_failing_batch(w.path, withdrawn)
-        time.sleep(0.03)  # the batch's next write(2) takes a while, then fails: ENOSPC
+        time.sleep(0.03)  # the next write(2), or the sync, takes a while, then fails
         roll_back(fd, before)
         w.seq -= 140
         w.write_batch(w.turn(2 + attempt))
     final = w.path.read_bytes()
-    wait_equal_file(final, b, c, file=JSONL)
-    _wait_in_sync(JSONL, a, b, c)
+    wait_equal_file(final, b, c, file=file)
+    _wait_in_sync(file, a, b, c)
     for d in (a, b, c):
-        assert d.file_status(KEY, JSONL)["freeze"] is None
+        assert d.file_status(KEY, file)["freeze"] is None
 
 
 def test_frames_keep_replicating_across_restarts_of_the_writer_and_a_standby(
