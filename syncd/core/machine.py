@@ -882,7 +882,7 @@ class Machine:
 
     def _ship(self, snap: Snapshot, line_end: int, st: Stat, now: float,
               out: list[Effect], send: bool = True) -> None:
-        """Send local growth: whole lines only, of bytes just re-read (the tail included).
+        """Send local growth: whole records only, of bytes just re-read (the tail included).
 
         A frozen copy that still knows its file (not reset) records its local lines without
         sending them: its position then describes its file, so that an operator who adopts it
@@ -1114,8 +1114,9 @@ class Machine:
         if st is not None and (self.inode is None or ledger.size == 0):
             self.inode = st.inode
         if ledger.ends_record_with(d.data) is not True:
-            # A piece of a long line (or record): record durably that the bytes past our end will be
-            # this peer's, so that a restart does not take them for a local torn line.
+            # A piece of a long record (line or frame): record durably that the bytes past
+            # our end will be this peer's, so that a restart does not take them for a local
+            # torn record.
             if self.unsynced or self.position.size != ledger.size:
                 # The intent covers exactly this piece, on top of the size recorded with it:
                 # bytes appended before it (a burst of frames: the previous piece, whole
