@@ -125,6 +125,8 @@ AS_OUTSIDER = """
 import os, sys
 import click._termui_impl
 from syncd.cli import main
+for name in main.list_commands(None):  # commands load lazily: load them while still root
+    main.get_command(None, name)
 os.setgroups([int(g) for g in sys.argv[1].split(",")])
 os.setresgid(int(sys.argv[2]), int(sys.argv[2]), int(sys.argv[2]))
 os.setresuid(int(sys.argv[3]), int(sys.argv[3]), int(sys.argv[3]))
