@@ -58,26 +58,9 @@ from syncd.core.machine import (
 )
 from syncd.core.reconcile import PeerState
 from syncd.core.records import FileRecord, Stat
+from tests.support.memfile import MemFile
 
-
-class File:
-    """An in-memory file, read the way the shell reads the real one."""
-
-    def __init__(self, data: bytes = b"", inode: int = 1) -> None:
-        self.data, self.inode, self.mtime = bytearray(data), inode, 1
-
-    def write(self, data: bytes) -> None:
-        self.data += data
-        self.mtime += 1
-
-    def snapshot(self, m: Machine, event: Event) -> Snapshot:
-        plan = m.reads_for(event)
-        reads = {(a, b): bytes(self.data[a:b]) for a, b in plan.ranges}
-        line_end = None
-        if plan.line_end_from is not None:
-            line_end = self.data.rfind(b"\n", plan.line_end_from) + 1 or plan.line_end_from
-        st = Stat(1, self.inode, len(self.data), self.mtime, self.mtime)
-        return Snapshot(st, reads, line_end)
+File = MemFile  # an in-memory file, read the way the shell reads the real one
 
 
 def feed(m: Machine, f: File | None, event: Event, now: float = 1.0) -> list[object]:

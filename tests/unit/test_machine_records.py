@@ -19,7 +19,6 @@ from syncd.core.events import (
     Rehash,
     Rehashed,
     Send,
-    Snapshot,
     Sync,
     Synced,
     Tick,
@@ -29,29 +28,12 @@ from syncd.core.ledger import Ledger, digest_of
 from syncd.core.machine import Machine, Mode, Tuning
 from syncd.core.records import Stat
 from tests.support import zstd
+from tests.support.memfile import MemFile
 
 FRAMES = recordkinds.ZSTD_FRAMES
 
 
-class File:
-    def __init__(self, kind: str, data: bytes = b"") -> None:
-        self.kind, self.data, self.mtime = kind, bytearray(data), 1
-
-    def write(self, data: bytes) -> None:
-        self.data += data
-        self.mtime += 1
-
-    def truncate(self, size: int) -> None:
-        del self.data[size:]
-        self.mtime += 1
-
-    def snapshot(self, m: Machine, event: Event) -> Snapshot:
-        plan = m.reads_for(event)
-        reads = {(a, b): bytes(self.data[a:b]) for a, b in plan.ranges}
-        line_end = None
-        if plan.line_end_from is not None:
-            line_end = recordkinds.last_end(self.kind, bytes(self.data), plan.line_end_from)
-        return Snapshot(Stat(1, 1, len(self.data), self.mtime, self.mtime), reads, line_end)
+File = MemFile
 
 
 def feed(m: Machine, f: File, event: Event, now: float = 1.0) -> list[object]:
@@ -79,7 +61,7 @@ def feed(m: Machine, f: File, event: Event, now: float = 1.0) -> list[object]:
 def live(kind: str, data: bytes = b"", settle: float = 0.0) -> tuple[Machine, File]:
     m = Machine("a", "k", "session.jsonl.zstd", "symmetric", Tuning(chunk_bytes=4096),
                 online={"b": True}, records=kind, settle=settle)
-    f = File(kind, data)
+    f = File(data, kind=kind)
     feed(m, f, Loaded(None, []))
     feed(m, f, Look())
     assert m.mode is Mode.LIVE
