@@ -122,7 +122,9 @@ def test_too_few_watches_are_named_at_start_in_status_metrics_and_check_config(
     wait_until(lambda: a.status()["inotify"]["watches"] == DIRECTORIES, 15,
                "every directory watched")
     assert a.status()["inotify"]["warnings"] == []
-    assert scrape(port)[("syncd_inotify_watches", ())] == DIRECTORIES
+    # /metrics is built from the paced status snapshot, which may be a moment older.
+    wait_until(lambda: scrape(port)[("syncd_inotify_watches", ())] == DIRECTORIES, 15,
+               "the metric to count every directory watched")
 
 
 def test_no_inotify_instance_leaves_it_to_the_sweep_until_one_is_granted(
