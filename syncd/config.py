@@ -107,8 +107,9 @@ class Config:
     scrub_interval: float = 300.0
     persist_interval: float = 5.0
     request_timeout: float = 3.0
-    # Seconds a busy writer's appends gather before they are read and shipped (daemon/window.py).
-    batch_window: float = 0.01
+    # Extra seconds a busy writer's appends gather before they are read and shipped, on top of
+    # the group commit (daemon/window.py); 0: none.
+    batch_window: float = 0.0
     metrics: MetricsConfig = MetricsConfig()
     # Who may change things through the control socket (adopt, reload), besides root and the
     # daemon's own user; `status` is for anyone who can open the socket.
@@ -472,7 +473,7 @@ def parse_config(data: dict[str, Any], path: Path, text: str = "") -> Config:
         scrub_interval=top.number("scrub_interval", 300.0, 1, 86400 * 7),
         persist_interval=top.number("persist_interval", 5.0, 0.05, 3600),
         request_timeout=top.number("request_timeout", 3.0, 0.1, 3600),
-        batch_window=top.number("batch_window", 0.01, 0, 0.5),
+        batch_window=top.number("batch_window", 0.0, 0, 0.5),
         records=records,
         settle=settle,
         metrics=metrics,

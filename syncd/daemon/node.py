@@ -60,7 +60,7 @@ from syncd.daemon import logs
 from syncd.daemon.replica import Replica
 from syncd.daemon.resourcehub import RESOURCE_KINDS, ResourceHub
 from syncd.daemon.scrub import scrub_forever
-from syncd.daemon.window import BatchWindow
+from syncd.daemon.window import CommitGate
 from syncd.disk import oslimits, tree
 from syncd.disk.discovery import Scanner, Skipped, root_problems
 from syncd.disk.epoch import next_epoch
@@ -183,8 +183,9 @@ class Node:
             self._publish_retained)
         self._watcher = Watcher(config.roots.watch_dirs(), self._on_hint, self._on_overflow,
                                 max_depth=watch_depth(config))
-        # Local changes gather for batch_window while appends keep coming (window.py).
-        self._window: BatchWindow[Replica] = BatchWindow(
+        # Local changes: read and shipped at once when nothing is in flight for the file, else
+        # together in the next commit, after the optional batch_window (window.py).
+        self._window: CommitGate[Replica] = CommitGate(
             config.batch_window, Replica.hint_local, self._watcher.hold, self._watcher.drain,
             self._watcher.resume)
         self._stop = asyncio.Event()
@@ -461,6 +462,7 @@ class Node:
         for (key, file), r in list(self.replicas.items()):
             if not config.wants_key(key) or file not in config.files_of(key):
                 await r.stop()
+                self._window.forget(r)
                 del self.replicas[(key, file)]
                 self._by_path.pop(str(r.path), None)
                 if not any(k == key for k, _ in self.replicas):
@@ -664,6 +666,11 @@ class Node:
         if gone:
             self._hint_below(root.path.joinpath(*parts), gone)
         self._discover_soon()
+
+    def looked(self, replica: Replica) -> None:
+        """`replica`'s look at its file is over (read, shipped, synced): its next commit may
+        start (window.py)."""
+        self._window.done(replica)
 
     def _grew(self, replica: Replica) -> None:
         """A replicated file changed: look at it within the batch window (window.py), unless
@@ -1191,6 +1198,8 @@ class Node:
             "peers": {n: self._peer_status(n, o, now_wall)
                       for n, o in sorted(self.presence.items())},
             "restatements": {"asked": self.asks, "made": self.restatements},
+            # Local changes read and shipped, and how many joined a commit (window.py).
+            "group_commit": self._window.status(),
             "ready_count": {"yes": ready, "no": len(files) - ready},
             "rejected_frames": self.rejected,
             "peer_budgets": self.budgets.status(),

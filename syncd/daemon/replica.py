@@ -126,6 +126,9 @@ class Host(Protocol):
     def flush(self) -> None:
         """Send every item queued so far now, not at the end of this loop turn."""
 
+    def looked(self, replica: Replica) -> None:
+        """A look at the local file is over, and no other is pending (group commit)."""
+
     def offline_since(self, node: str) -> float | None: ...
 
     def is_listed(self, node: str) -> bool: ...
@@ -376,6 +379,13 @@ class Replica:
                 await self._handle(event)
             finally:
                 self._handled(event)
+                # The commit under way is over, unless it goes on: a look at the stat hands
+                # on to one with the bytes (Redeliver, first in the queue), and a read that
+                # did not reach the end asks to look again. What changed meanwhile may
+                # start the next one (daemon/window.py).
+                if isinstance(event, Look) and not self._look_pending and not (
+                        self._inbox and isinstance(self._inbox[0], Look)):
+                    self.host.looked(self)
         await self._handle(DRAINED)
 
     async def _handle(self, event: Event) -> None:

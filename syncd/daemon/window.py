@@ -1,4 +1,14 @@
-"""The batch window: a busy writer's appends are read and shipped at most once per window.
+"""When local appends are read and shipped: the commit gate, and the optional batch window.
+
+CommitGate is group commit (core/groupcommit.py): a file's change is read, published and
+synced at once when nothing is in flight for that file; what the writer appends meanwhile goes
+together in the next one, started the moment the one under way is done. No timer: a lone write
+waits for nothing, and under load each commit carries what arrived during the previous one.
+
+In front of it, `batch_window` (default 0: none) may add a wait, BatchWindow below, for a host
+that would rather trade lag for fewer, larger frames.
+
+The batch window: a busy writer's appends are read and shipped at most once per window.
 
 Every MQTT message costs the same whatever it carries: a signature here, a verification,
 a parse and a wake-up on every peer, and, when it carries one file's bytes, a write and an
@@ -22,6 +32,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
+
+from syncd.core.groupcommit import GroupCommit
 
 T = TypeVar("T", bound=Hashable)
 
@@ -89,3 +101,51 @@ class BatchWindow(Generic[T]):
             self.releases += 1
         for thing in pending:
             self._release(thing)
+
+
+class CommitGate(Generic[T]):
+    """Local changes pass through the batch window (if any), then the group commit: `release`
+    asks the file to look (read, ship, sync); the file calls done() when that look is over."""
+
+    def __init__(self, window: float, release: Callable[[T], None],
+                 hold: Callable[[], None] = lambda: None,
+                 drain: Callable[[], None] = lambda: None,
+                 resume: Callable[[], None] = lambda: None,
+                 loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self._release = release
+        self.commit: GroupCommit[T] = GroupCommit()
+        self._window: BatchWindow[T] = BatchWindow(window, self._offer, hold, drain, resume,
+                                                   loop)
+
+    @property
+    def window(self) -> float:
+        return self._window.window
+
+    @window.setter
+    def window(self, seconds: float) -> None:
+        self._window.window = seconds
+
+    def offer(self, thing: T) -> None:
+        """`thing` changed: its commit starts now, or after the window, or after the one
+        under way."""
+        self._window.offer(thing)
+
+    def flush(self) -> None:
+        """Pass on what the window holds now (a reload may have shortened it)."""
+        self._window.flush()
+
+    def done(self, thing: T) -> None:
+        """`thing`'s look is over: start the next commit if it changed meanwhile."""
+        if self.commit.done(thing):
+            self._release(thing)
+
+    def forget(self, thing: T) -> None:
+        self.commit.forget(thing)
+
+    def _offer(self, thing: T) -> None:
+        if self.commit.offer(thing):
+            self._release(thing)
+
+    def status(self) -> dict[str, object]:
+        return {"extra_wait": self.window, "windows": self._window.releases,
+                **self.commit.status()}

@@ -19,6 +19,7 @@ import asyncio
 from collections.abc import Callable
 
 from syncd.core import frames
+from syncd.core.groupcommit import cut
 
 
 class Outbox:
@@ -49,15 +50,7 @@ class Outbox:
 
 def batches(items: list[frames.Item], limit: int) -> list[tuple[frames.Item, ...]]:
     """Consecutive runs of `items` within the batch limits, in order."""
-    out: list[tuple[frames.Item, ...]] = []
-    run: list[frames.Item] = []
-    size = 0
-    for item in items:
-        if run and (size + item.size > limit or len(run) >= frames.MAX_ITEMS):
-            out.append(tuple(run))
-            run, size = [], 0
-        run.append(item)
-        size += item.size
-    if run:
-        out.append(tuple(run))
-    return out
+    if len(items) == 1:
+        return [(items[0],)]
+    return [tuple(items[r.start:r.stop])
+            for r in cut([i.size for i in items], limit, frames.MAX_ITEMS)]

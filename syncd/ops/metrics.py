@@ -83,6 +83,13 @@ def families(status: Status) -> list[Metric]:
     dropped.add_metric([], status.get("publishes_dropped", 0))
     rejected = CounterMetricFamily("syncd_rejected_frames", "malformed or unauthenticated frames")
     rejected.add_metric([], status["rejected_frames"])
+    commit = status.get("group_commit", {})
+    reads = CounterMetricFamily("syncd_local_reads", "commits of local changes started: one "
+                                "read, ship and sync of one file each (group commit)")
+    reads.add_metric([], commit.get("reads", 0))
+    joined = CounterMetricFamily("syncd_local_changes_joined", "local change notices that "
+                                 "joined the next commit of a file instead of one of their own")
+    joined.add_metric([], commit.get("joined", 0))
     online = GaugeMetricFamily("syncd_peer_online", "1 while a peer is online", labels=["peer"])
     for peer, p in status["peers"].items():
         online.add_metric([peer], 1 if p["online"] else 0)
@@ -175,7 +182,8 @@ def families(status: Status) -> list[Metric]:
     build = GaugeMetricFamily("syncd_build_info", "always 1; the labels say what runs",
                               labels=["version", "python"])
     build.add_metric([__version__, platform.python_version()], 1)
-    return [build, connected, reconnects, info, switches, queued, dropped, rejected, online,
+    return [build, connected, reconnects, info, switches, queued, dropped, rejected, reads,
+            joined, online,
             by_state, diverged, unreplicated, size, ready, behind, lag, lag_s, requests,
             stopped, keys, held,
             conflicts, missing, res_files, skipped_paths, unsafe, *counters.values(), *limits,

@@ -273,3 +273,39 @@ def test_a_write_on_a_standby_right_after_its_own_append_is_noticed_at_once(
         wait_equal(content(a.path(KEY)), b, timeout=4)
     append(b.path(KEY), ishiki_lines(2))
     wait_equal(content(b.path(KEY)), a, timeout=3)
+
+
+def test_appends_made_while_a_commit_is_under_way_go_together_in_the_next(
+    broker: Broker, make_daemon: Callable[..., Daemon]
+) -> None:
+    """Group commit (daemon/window.py): a backlog written while the writer's host was stopped
+    keeps one commit in flight for a while (read, ship, sync, 4 MiB at a time); appends made
+    meanwhile must join the next commit, not start their own, and all arrive."""
+    a, b = (make_daemon(n, broker) for n in "ab")
+    src = a.path(KEY)
+    append(src, ishiki_lines(1))
+    wait_equal(content(src), b)
+    block = ishiki_lines(2000)
+    a.pause()
+    try:
+        with src.open("ab") as f:
+            while f.tell() < 64 << 20:
+                f.write(block)
+    finally:
+        a.resume()
+    base = wait_until(lambda: (g := a.status()["group_commit"])["in_flight"] and g,
+                      what="the backlog's commit under way")
+    seen = base
+    for _ in range(40):
+        if seen["joined"] - base["joined"] >= 5:
+            break
+        append(src, ishiki_lines(1))
+        # One change notice per append: the watcher merges the notices of one read.
+        seen = wait_until(lambda n=seen["changes"]: (g := a.status()["group_commit"])["changes"]
+                          > n and g, what="the append's notice")
+    wait_equal(content(src), b, timeout=60)
+    g = wait_until(lambda: (g := a.status()["group_commit"])["in_flight"] == 0 and g,
+                   what="every commit done")
+    assert g["joined"] - base["joined"] >= 5, (base, g)
+    # The joined appends left in one commit each time the one under way was done.
+    assert g["reads"] - base["reads"] < g["changes"] - base["changes"], (base, g)

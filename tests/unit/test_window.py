@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from syncd.daemon.window import BatchWindow
+from syncd.daemon.window import BatchWindow, CommitGate
 
 
 class FakeTimer:
@@ -137,3 +137,36 @@ def test_flush_releases_what_waits_and_resumes_the_source() -> None:
     source.window.flush()
     assert source.batches() == [["a"], ["b", "c"]]
     assert not source.held
+
+
+def test_the_commit_gate_ships_at_once_and_joins_what_comes_during_a_commit() -> None:
+    loop = FakeLoop()
+    released: list[str] = []
+    gate: CommitGate[str] = CommitGate(0.0, released.append, loop=loop)  # type: ignore[arg-type]
+    gate.offer("a")
+    assert released == ["a"]  # no window: at once, no timer
+    assert not loop.timers
+    for _ in range(10):
+        gate.offer("a")  # the writer goes on while a's commit is under way
+    gate.offer("b")  # another file is not held up by a's
+    assert released == ["a", "b"]
+    gate.done("a")
+    assert released == ["a", "b", "a"]  # the ten together, right as the first is done
+    gate.done("a")
+    gate.done("b")
+    assert released == ["a", "b", "a"]
+    s = gate.status()
+    assert (s["changes"], s["reads"], s["joined"], s["largest"]) == (12, 3, 10, 10)
+    assert s["extra_wait"] == 0.0 and s["in_flight"] == 0
+
+
+def test_the_commit_gate_behind_a_batch_window() -> None:
+    loop = FakeLoop()
+    released: list[str] = []
+    gate: CommitGate[str] = CommitGate(0.01, released.append, loop=loop)  # type: ignore[arg-type]
+    gate.offer("a")
+    gate.done("a")
+    gate.offer("a")  # within the window: waits for its end, then for nothing in flight
+    assert released == ["a"]
+    loop.advance(0.01)
+    assert released == ["a", "a"]
