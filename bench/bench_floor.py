@@ -6,20 +6,27 @@ batching rules or watcher): only the work every copy must do.
 
 - per write: 500 writes/s appended to a file (one write(2) each, as bench_replication does).
   The writer wakes every `--window` s (syncd's batch window; a timer instead of inotify),
-  reads what was appended, fdatasyncs it, signs it (Ed25519 over its SHA-256, as
-  syncd/core/frames.py does) and publishes it (QoS 1); the standby reads the message, verifies
-  the signature, appends the bytes and fdatasyncs them. CPU per write of each process (user +
-  system, /proc) over the run.
+  reads what was appended, fdatasyncs it, protects it (`--crypto`, below) and publishes it
+  (QoS 1); the standby reads the message, checks it, appends the bytes and fdatasyncs them.
+  CPU per write of each process (user + system, /proc) over the run.
 - catch-up: a 1 GB file sent in `--chunk` pieces (syncd's chunk_bytes), QoS 1, up to 100 in
   flight, no flow control but the broker's queue; the standby verifies each, appends it and
   fdatasyncs every 4 MiB. MB/s from the first publish to the last fdatasync.
 
+`--crypto` says how each message is protected: `ed25519` (the default; an Ed25519 signature
+over its SHA-256, as wire 4's syncd/core/frames.py does), `aes-gcm` (no public-key operation
+per message: the body AES-256-GCM under a fresh key, that key wrapped with AES-256-GCM under a
+pair key, the wrap binding the ciphertext's SHA-256, as issue #26's design does for one
+recipient), `none` (the bare pipeline), or several, comma-separated, measured one after the
+other in one run.
+
 Both drive paho from one thread with select(), as syncd drives it from its event loop. Each
 runs twice: the standby reading through paho, then reading the socket itself (RawReader:
-PUBLISH parsed in place, PUBACK sent), which shows what paho's read path costs.
+PUBLISH parsed in place, PUBACK sent), which shows what paho's read path costs (`--readers`).
 
     python -m bench.bench_floor [--rate 500] [--seconds 10] [--window 0.01]
                                 [--catchup-mb 1024] [--chunk 262144]
+                                [--crypto ed25519,aes-gcm,none] [--readers paho,raw]
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import paho.mqtt.client as paho
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from paho.mqtt.enums import CallbackAPIVersion
 
 from bench.harness import cpu_split, paced_appends
@@ -50,6 +58,51 @@ from tests.support.ishiki import ishiki_lines
 TOPIC = "floor/a"
 SEED = bytes(range(32))  # both roles derive the same test key pair
 SYNC_EVERY = 4 << 20
+CRYPTO = ("ed25519", "aes-gcm", "none")
+PAIR_KEY = bytes(range(32, 64))  # both roles share it, as a pair of hosts would
+
+
+def sealer(crypto: str) -> Callable[[bytes], bytes]:
+    """How the sender protects one message's bytes (see --crypto)."""
+    if crypto == "ed25519":
+        key = Ed25519PrivateKey.from_private_bytes(SEED)
+        return lambda data: key.sign(hashlib.sha256(data).digest()) + data
+    if crypto == "aes-gcm":
+        pair = AESGCM(PAIR_KEY)
+
+        def seal(data: bytes) -> bytes:
+            frame_key, nonce = AESGCM.generate_key(256), os.urandom(12)
+            body = AESGCM(frame_key).encrypt(nonce, data, None)
+            wrap_nonce = os.urandom(12)
+            wrap = pair.encrypt(wrap_nonce, frame_key, hashlib.sha256(body).digest())
+            return nonce + wrap_nonce + wrap + body  # 12 + 12 + 48 bytes, then the body
+
+        return seal
+    return lambda data: data
+
+
+def opener(crypto: str) -> Callable[[bytes], bytes]:
+    """How the standby checks one message and gets its bytes back (raises if forged)."""
+    if crypto == "ed25519":
+        public = Ed25519PrivateKey.from_private_bytes(SEED).public_key()
+
+        def verify(payload: bytes) -> bytes:
+            data = payload[64:]
+            public.verify(payload[:64], hashlib.sha256(data).digest())
+            return data
+
+        return verify
+    if crypto == "aes-gcm":
+        pair = AESGCM(PAIR_KEY)
+
+        def open_(payload: bytes) -> bytes:
+            nonce, wrap_nonce, wrap, body = (payload[:12], payload[12:24], payload[24:72],
+                                             payload[72:])
+            frame_key = pair.decrypt(wrap_nonce, wrap, hashlib.sha256(body).digest())
+            return AESGCM(frame_key).decrypt(nonce, body, None)
+
+        return open_
+    return lambda payload: payload
 
 
 def _client(port: int, on_message: Callable[[bytes], None] | None = None) -> paho.Client:
@@ -73,11 +126,16 @@ def _turn(c: paho.Client, timeout: float) -> None:
     c.loop_misc()
 
 
-def writer(port: int, path: Path, window: float, stop_file: Path) -> None:
-    key = Ed25519PrivateKey.from_private_bytes(SEED)
+def writer(port: int, path: Path, window: float, stop_file: Path, ready_file: Path,
+           crypto: str) -> None:
+    seal = sealer(crypto)
     c = _client(port)
     fd = os.open(path, os.O_RDONLY)
-    sent = os.fstat(fd).st_size
+    # From the start of the file: under load this process may start after the first writes
+    # (it began at the size it found, and the bytes before were never sent: the run then
+    # waited for a standby that could not catch up).
+    sent = 0
+    ready_file.touch()
     nxt = time.monotonic()
     while not stop_file.exists():
         _turn(c, nxt - time.monotonic())
@@ -88,12 +146,12 @@ def writer(port: int, path: Path, window: float, stop_file: Path) -> None:
         if size > sent:
             data = os.pread(fd, size - sent, sent)
             os.fdatasync(fd)
-            c.publish(TOPIC, key.sign(hashlib.sha256(data).digest()) + data, qos=1)
+            c.publish(TOPIC, seal(data), qos=1)
             sent += len(data)
 
 
-def catchup_sender(port: int, path: Path, chunk: int, stop_file: Path) -> None:
-    key = Ed25519PrivateKey.from_private_bytes(SEED)
+def catchup_sender(port: int, path: Path, chunk: int, stop_file: Path, crypto: str) -> None:
+    seal = sealer(crypto)
     acked = 0
     c = _client(port)
 
@@ -107,21 +165,21 @@ def catchup_sender(port: int, path: Path, chunk: int, stop_file: Path) -> None:
     while not stop_file.exists():
         while offset < size and published - acked < 100:
             data = os.pread(fd, chunk, offset)
-            c.publish(TOPIC, key.sign(hashlib.sha256(data).digest()) + data, qos=1)
+            c.publish(TOPIC, seal(data), qos=1)
             offset += len(data)
             published += 1
         _turn(c, 0.05)
 
 
-def standby(port: int, path: Path, ready_file: Path, stop_file: Path, every: int) -> None:
-    public = Ed25519PrivateKey.from_private_bytes(SEED).public_key()
+def standby(port: int, path: Path, ready_file: Path, stop_file: Path, every: int,
+            crypto: str) -> None:
+    open_ = opener(crypto)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     unsynced = 0
 
     def on_message(payload: bytes) -> None:
         nonlocal unsynced
-        signature, data = payload[:64], payload[64:]
-        public.verify(signature, hashlib.sha256(data).digest())
+        data = open_(payload)
         os.write(fd, data)
         unsynced += len(data)
         if unsynced >= every:
@@ -210,27 +268,28 @@ def _cpu(pid: int) -> float:
     return user + system
 
 
-def per_write(root: Path, rate: float, seconds: float, window: float, raw: bool = False
-              ) -> dict[str, float]:
+def per_write(root: Path, rate: float, seconds: float, window: float, raw: bool = False,
+              crypto: str = "ed25519") -> dict[str, float]:
     """`raw`: the standby reads the socket itself (RawReader) instead of through paho."""
     root.mkdir(parents=True, exist_ok=True)
     broker = Broker(root / "broker")
     broker.start()
     src, dst = root / "src.jsonl", root / "dst.jsonl"
     src.write_bytes(b"")
-    stop, ready = root / "stop", root / "ready"
+    stop, ready, writing = root / "stop", root / "ready", root / "writing"
     procs = []
     try:
         procs.append(_spawn("standby", str(broker.port), str(dst), str(ready), str(stop), "0",
-                            raw=raw))
-        wait_until(ready.exists, 10, "the standby to subscribe")
-        procs.append(_spawn("writer", str(broker.port), str(src), str(window), str(stop)))
-        time.sleep(0.5)
+                            crypto, raw=raw))
+        wait_until(ready.exists, 30, "the standby to subscribe")
+        procs.append(_spawn("writer", str(broker.port), str(src), str(window), str(stop),
+                            str(writing), crypto))
+        wait_until(writing.exists, 30, "the writer to start")
         lines = ishiki_lines(2000).splitlines(keepends=True)
         n = int(rate * seconds)
         before = {p.pid: _cpu(p.pid) for p in procs}
         _, achieved = paced_appends([("k", src, lines[i % len(lines)]) for i in range(n)], rate)
-        wait_until(lambda: dst.exists() and dst.stat().st_size == src.stat().st_size, 30,
+        wait_until(lambda: dst.exists() and dst.stat().st_size == src.stat().st_size, 60,
                    "the standby to catch up")
         used = {p.pid: _cpu(p.pid) - before[p.pid] for p in procs}
         assert dst.read_bytes() == src.read_bytes()
@@ -243,7 +302,8 @@ def per_write(root: Path, rate: float, seconds: float, window: float, raw: bool 
         broker.stop()
 
 
-def catchup(root: Path, megabytes: int, chunk: int, raw: bool = False) -> dict[str, float]:
+def catchup(root: Path, megabytes: int, chunk: int, raw: bool = False,
+            crypto: str = "ed25519") -> dict[str, float]:
     root.mkdir(parents=True, exist_ok=True)
     # No end-to-end flow control here (syncd has its fetch window): the broker queues instead.
     broker = Broker(root / "broker-cu", max_queued_messages=0)
@@ -259,10 +319,11 @@ def catchup(root: Path, megabytes: int, chunk: int, raw: bool = False) -> dict[s
     procs = []
     try:
         procs.append(_spawn("standby", str(broker.port), str(dst), str(ready), str(stop),
-                            str(SYNC_EVERY), raw=raw))
-        wait_until(ready.exists, 10, "the standby to subscribe")
+                            str(SYNC_EVERY), crypto, raw=raw))
+        wait_until(ready.exists, 30, "the standby to subscribe")
         t0 = time.monotonic()
-        procs.append(_spawn("sender", str(broker.port), str(src), str(chunk), str(stop)))
+        procs.append(_spawn("sender", str(broker.port), str(src), str(chunk), str(stop),
+                            crypto))
         wait_until(lambda: dst.exists() and dst.stat().st_size == size, 600, "catch-up",
                    interval=0.02)
         took = time.monotonic() - t0
@@ -280,12 +341,11 @@ def main() -> None:
     if len(sys.argv) > 2 and sys.argv[1] == "--role":
         role, port, path, *rest = sys.argv[2:]
         if role == "writer":
-            writer(int(port), Path(path), float(rest[0]), Path(rest[1]))
+            writer(int(port), Path(path), float(rest[0]), Path(rest[1]), Path(rest[2]), rest[3])
         elif role == "sender":
-            catchup_sender(int(port), Path(path), int(rest[0]), Path(rest[1]))
+            catchup_sender(int(port), Path(path), int(rest[0]), Path(rest[1]), rest[2])
         else:
-            every = int(rest[2])
-            standby(int(port), Path(path), Path(rest[0]), Path(rest[1]), every)
+            standby(int(port), Path(path), Path(rest[0]), Path(rest[1]), int(rest[2]), rest[3])
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rate", type=float, default=500)
@@ -293,21 +353,37 @@ def main() -> None:
     parser.add_argument("--window", type=float, default=0.01)
     parser.add_argument("--catchup-mb", type=int, default=1024)
     parser.add_argument("--chunk", type=int, default=256 * 1024)
+    parser.add_argument("--crypto", default="ed25519",
+                        help="per-message protection, comma-separated: " + ", ".join(CRYPTO))
+    parser.add_argument("--readers", default="paho,raw",
+                        help="the standby's socket readers to measure: paho, raw or both")
     args = parser.parse_args()
+    cryptos = [c.strip() for c in args.crypto.split(",") if c.strip()]
+    if bad := [c for c in cryptos if c not in CRYPTO]:
+        parser.error(f"--crypto: unknown {', '.join(bad)} (known: {', '.join(CRYPTO)})")
+    readers = [r.strip() for r in args.readers.split(",") if r.strip()]
+    if bad := [r for r in readers if r not in ("paho", "raw")]:
+        parser.error(f"--readers: unknown {', '.join(bad)} (known: paho, raw)")
+    print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     with tempfile.TemporaryDirectory(prefix="syncd-floor-") as tmp:
-        for raw in (False, True):
-            reader = "own socket reader" if raw else "paho"
-            r = per_write(Path(tmp) / f"w-{raw}", args.rate, args.seconds, args.window, raw)
-            print(f"per write, {r['achieved']:.0f} writes/s, window {args.window * 1000:g} ms, "
-                  f"standby reading with {reader}: writer {r['writer_us']:.0f} µs, standby "
-                  f"{r['standby_us']:.0f} µs of CPU")
-            if args.catchup_mb:
-                c = catchup(Path(tmp) / f"c-{raw}", args.catchup_mb, args.chunk, raw)
-                print(f"catch-up of {args.catchup_mb} MB in {args.chunk // 1024} KiB pieces, "
-                      f"standby reading with {reader}: {c['mb_s']:.0f} MB/s "
-                      f"({c['seconds']:.1f} s; CPU: sender {c['sender_cpu_s']:.1f} s, standby "
-                      f"{c['standby_cpu_s']:.1f} s)")
-                shutil.rmtree(Path(tmp) / f"c-{raw}")
+        for crypto in cryptos:
+            for raw in (r == "raw" for r in readers):
+                reader = "own socket reader" if raw else "paho"
+                r = per_write(Path(tmp) / f"w-{crypto}-{raw}", args.rate, args.seconds,
+                              args.window, raw, crypto)
+                print(f"per write, {crypto}, {r['achieved']:.0f} writes/s, window "
+                      f"{args.window * 1000:g} ms, standby reading with {reader}: writer "
+                      f"{r['writer_us']:.0f} µs, standby {r['standby_us']:.0f} µs of CPU "
+                      f"(load {os.getloadavg()[0]:.2f})")
+                if args.catchup_mb:
+                    c = catchup(Path(tmp) / f"c-{crypto}-{raw}", args.catchup_mb, args.chunk,
+                                raw, crypto)
+                    print(f"catch-up of {args.catchup_mb} MB in {args.chunk // 1024} KiB "
+                          f"pieces, {crypto}, standby reading with {reader}: "
+                          f"{c['mb_s']:.0f} MB/s ({c['seconds']:.1f} s; CPU: sender "
+                          f"{c['sender_cpu_s']:.1f} s, standby {c['standby_cpu_s']:.1f} s; "
+                          f"load {os.getloadavg()[0]:.2f})")
+                    shutil.rmtree(Path(tmp) / f"c-{crypto}-{raw}")
 
 
 if __name__ == "__main__":

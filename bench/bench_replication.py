@@ -31,6 +31,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -77,12 +78,15 @@ def stock_broker_config(port: int) -> str:
 
 def lag(rate: int, seconds: float, root: Path, replicas: int = 2,
         profile_dir: Path | None = None, stock_broker: bool = False,
-        drain_timeout: float = 30.0, config: str = "") -> dict[str, Any]:
+        drain_timeout: float = 30.0, config: str = "",
+        prefix: Sequence[str] = ()) -> dict[str, Any]:
     """Writes at `rate`/s for `seconds` on A; lag until durable on each of `replicas` copies.
 
     `stock_broker`: Mosquitto without `set_tcp_nodelay true`. Writes still missing on a copy
     `drain_timeout` s after the last one are reported ("missing"), not waited for.
-    `config`: top-level config lines for every daemon (`batch_window = 0.01`)."""
+    `config`: top-level config lines for every daemon (`batch_window = 0.01`); `prefix`: a
+    command in front of `python -m syncd run` (bench_against.py: `env -C TREE`, another
+    tree's code)."""
     root.mkdir(parents=True, exist_ok=True)
     broker = (Broker(root / "broker", config=stock_broker_config) if stock_broker else
               Broker(root / "broker", max_queued_messages=1000, extra=BROKER_SYS))
@@ -93,7 +97,7 @@ def lag(rate: int, seconds: float, root: Path, replicas: int = 2,
     ports = {n: free_port() for n in "a" + names}
     daemons = {
         n: Daemon(root, n, broker, tuning="", log_level="warning",
-                  extra=config + "\n" + metrics_extra(ports[n]),
+                  extra=config + "\n" + metrics_extra(ports[n]), prefix=prefix,
                   env={"SYNCD_TRACE_FILE": str(traces.get(n, shipped))})
         for n in "a" + names
     }
