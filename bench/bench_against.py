@@ -112,6 +112,10 @@ def main() -> None:
                 s = summary(r)
                 results[label].append(s)
                 timed_out = "  TIMED OUT" if r.get("timed_out") else ""
+                g = r.get("group_commit")
+                if g:
+                    timed_out += (f"  writer's group commit: {g['changes']} notices, "
+                                  f"{g['reads']} reads, {g['joined']} joined")
                 print(row(f"{label} #{i + 1}", s,
                           f"  (load before {before}, after {load()}){timed_out}"), flush=True)
         print("median of the runs:")

@@ -130,6 +130,8 @@ def lag(rate: int, seconds: float, root: Path, replicas: int = 2,
                                drain_timeout, interval=0.02)
         cpu = meter.stop()
         others_cpu = others.stop()
+        # The writer's group commit (daemon/window.py; absent from older code).
+        commit = daemons["a"].status().get("group_commit")
         items = {name: item_deltas(items0[name], scrape_items(port))
                  for name, port in ports.items()}
         time.sleep(1.2)  # one more $SYS refresh: it counts everything up to the drain
@@ -151,6 +153,7 @@ def lag(rate: int, seconds: float, root: Path, replicas: int = 2,
             "others_cpu": others_cpu,
             "shipped": lag_stats(writes, read_trace(shipped, KEY)),
             "timed_out": not drained, "stock_broker": stock_broker,
+            "group_commit": commit,
             # per write: items the daemons counted (syncd_frames), MQTT PUBLISH messages the
             # broker received from all clients and delivered to them
             "items_per_write": {name: {f"{d} {k}": v / n for (d, k), v in sorted(c.items())}
