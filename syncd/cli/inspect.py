@@ -18,7 +18,7 @@ from typing import Any
 import click
 import orjson
 
-from syncd.cli.common import key_config_option
+from syncd.cli.common import KeyCommand, key_config_option
 from syncd.cli.verify import (
     EXIT_PROBLEMS,
     UnusableTarget,
@@ -246,7 +246,7 @@ def render_timeline(label: str, turn_id: str, timeline: Timeline) -> str:
     return "\n".join(out)
 
 
-@click.command("inspect")
+@click.command("inspect", cls=KeyCommand)
 @click.argument("target", metavar="PATH|KEY")
 @click.option("--turn", "turn_id", required=True, metavar="TURN_ID", help="The turnId to show.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")

@@ -17,7 +17,7 @@ from typing import NoReturn
 import click
 import orjson
 
-from syncd.cli.common import DEFAULT_CONFIG, key_config_option
+from syncd.cli.common import DEFAULT_CONFIG, KeyCommand, key_config_option
 from syncd.config import ConfigError, load_config
 from syncd.core.errors import SyncdError
 from syncd.core.framecheck import Checker, checker_for
@@ -175,7 +175,7 @@ def render_report(label: str, report: Report) -> str:
     return "\n".join(lines)
 
 
-@click.command("verify")
+@click.command("verify", cls=KeyCommand)
 @click.argument("target", metavar="PATH|KEY")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 @key_config_option

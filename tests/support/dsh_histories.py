@@ -139,7 +139,7 @@ def header_again(records: list[Record], pick: int) -> Damage | None:
     if i is None:
         return None
     return Damage("header_again", "header_not_first", i + 1,
-                  lines(records[:i] + [dict(HEADER)] + records[i:]))
+                  lines([*records[:i], dict(HEADER), *records[i:]]))
 
 
 def not_event(records: list[Record], pick: int) -> Damage | None:
@@ -193,7 +193,7 @@ def header_outside_turn(records: list[Record], pick: int) -> Damage | None:
     i = _find(records, pick, lambda i, r: r.get("type") == "turn/end")
     if i is None:
         return None
-    out = records[:i + 1] + [ev("request/header", header={}, reason="change")] + records[i + 1:]
+    out = [*records[:i + 1], ev("request/header", header={}, reason="change"), *records[i + 1:]]
     return Damage("header_outside_turn", "outside_turn", i + 2, lines(out))
 
 
@@ -204,7 +204,7 @@ def chunk_after_step(records: list[Record], pick: int) -> Damage | None:
     d = records[i]["data"]
     late = ev("assistant/chunk", turn=d["turn"], step=d["step"], chunk={"type": "text-delta"})
     return Damage("chunk_after_step", "outside_step", i + 2,
-                  lines(records[:i + 1] + [late] + records[i + 1:]))
+                  lines([*records[:i + 1], late, *records[i + 1:]]))
 
 
 def step_end_lost(records: list[Record], pick: int) -> Damage | None:
