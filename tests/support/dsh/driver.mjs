@@ -15,6 +15,7 @@
 import { createRequire } from 'node:module';
 import { pathToFileURL } from 'node:url';
 import { createInterface } from 'node:readline';
+import { randomBytes } from 'node:crypto';
 
 const modules = process.env.DSH_MODULES ?? new URL('./node_modules/', import.meta.url).pathname;
 const req = createRequire(modules.replace(/\/?$/, '/') + 'driver.js');
@@ -38,7 +39,8 @@ let turn = 0;
 let open = null; // {turn, step, callId} of a tool call still running
 
 function text(bytes) {
-  return 'x'.repeat(Math.max(1, Number(bytes) || 64));
+  // Incompressible, so that a big batch is a big write (a kill -9 can land inside it).
+  return randomBytes(Math.ceil(Math.max(1, Number(bytes) || 64) / 2)).toString('hex');
 }
 
 function upToCall(bytes) {
