@@ -119,7 +119,8 @@ class DshTrace:
             out += self._seq(seq0, line, offset)
             self.last_seq = seq0 + len(members) - 1
             self.counts["events"] += len(members)
-            out += self._event("assistant/chunk", data, entry, line, offset)
+            out += self._event("assistant/chunk", data if type(data) is dict else {}, entry,
+                               line, offset)
             return out
         seq = _int(entry.get("seq"))
         if seq is None or type(kind) is not str:

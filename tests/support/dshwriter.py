@@ -38,18 +38,20 @@ class DshWriter:
     def turn(self, n: int, text: str = "hello") -> list[dict[str, Any]]:
         """A turn's events: turn/start, a step with a tool call and its result, turn/end."""
         self.turns = n
-        result = self.event("tool/result", turn=n, step=1, message={
-            "role": "user", "source": {"kind": "tool", "callId": f"c{n}"},
-            "content": [{"type": "tool-result", "toolCallId": f"c{n}", "isError": False,
-                         "content": [{"type": "text", "text": os.urandom(300).hex()}]}]})
-        result["surfaceOp"] = "append"
-        return [self.event("turn/start", turn=n),
-                self.event("user/message", role="user", source={"kind": "user"},
-                           content=[{"type": "text", "text": f"{text} {n}\n" * 20}]),
-                self.event("step/start", turn=n, step=1),
-                self.event("tool/call", turn=n, step=1, callId=f"c{n}", name="bash",
-                           arguments="{}"),
-                result, self.event("step/end", turn=n, step=1),
+        events = [self.event("turn/start", turn=n),
+                  self.event("user/message", role="user", source={"kind": "user"},
+                             content=[{"type": "text", "text": f"{text} {n}\n" * 20}]),
+                  self.event("step/start", turn=n, step=1),
+                  self.event("tool/call", turn=n, step=1, callId=f"c{n}", name="bash",
+                             arguments="{}"),
+                  self.event("tool/result", turn=n, step=1, message={
+                      "role": "user", "source": {"kind": "tool", "callId": f"c{n}"},
+                      "content": [{"type": "tool-result", "toolCallId": f"c{n}",
+                                   "isError": False,
+                                   "content": [{"type": "text",
+                                                "text": os.urandom(300).hex()}]}]})]
+        events[-1]["surfaceOp"] = "append"
+        return [*events, self.event("step/end", turn=n, step=1),
                 self.event("turn/end", turn=n, reason={"kind": "completed"})]
 
     def header(self) -> bytes:
