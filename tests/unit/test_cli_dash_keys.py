@@ -99,3 +99,26 @@ def test_the_adopt_hint_pastes_as_printed() -> None:
     # ... and the command line it makes parses: KEY is the KEY, not an option.
     result = run(*words[1:], "--yes", "--config", "/nonexistent.toml")
     assert "No such option" not in result.output
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_inspect_shows_a_dsh_turn_by_its_number(tmp_path: Path, compressed: bool) -> None:
+    from tests.support import zstd
+    from tests.support.dsh_histories import result
+    records = lines([dict(HEADER), ev("turn/start", turn=1), ev("step/start", turn=1, step=1),
+                     ev("tool/call", turn=1, step=1, callId="c1", name="bash", arguments="{}"),
+                     result(1, 1, "c1"), ev("step/end", turn=1, step=1),
+                     ev("turn/end", turn=1, reason={"kind": "completed"}),
+                     ev("turn/start", turn=2)])
+    path = tmp_path / ("session.jsonl.zstd" if compressed else "session.jsonl")
+    path.write_bytes(b"".join(zstd.frame(r) for r in records) if compressed
+                     else b"".join(records))
+    out = run("inspect", str(path), "--turn", "1")
+    assert out.exit_code == 0, out.output
+    shown = out.stdout.splitlines()
+    assert shown[0] == f"turn 1 in {path}: 6 entries, lines 2-7, ended by turn/end (completed)"
+    assert "tool/call" in shown[3] and "bash(c1)" in shown[3]
+    assert "result of c1" in shown[4]
+    assert run("inspect", str(path), "--turn", "2").stdout.startswith(
+        f"turn 2 in {path}: 1 entry, line 8, not ended\n")
+    assert run("inspect", str(path), "--turn", "3").exit_code == 1
