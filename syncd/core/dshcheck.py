@@ -44,6 +44,7 @@ KNOWN = frozenset({"turn/start", "turn/end", "step/start", "step/end", "user/mes
                    "tool/result", "session/end-seed", *IN_STEP, *IN_TURN})
 TOOL_NOT_STARTED = "TOOL_NOT_STARTED"
 MAX_PENDING = 10_000  # tool calls of one step remembered (a peer controls the file)
+MAX_ID = 200  # characters of a call id or tool name kept (in notes, messages, saved state)
 
 DshProblem = tuple[str, int, int, str]  # kind, line, offset, message
 
@@ -66,6 +67,10 @@ def looks_dsh(entry: dict[str, Any]) -> bool:
 
 def _n(value: int | None) -> str:
     return "none" if value is None else str(value)
+
+
+def _short(value: Any) -> str | None:
+    return value[:MAX_ID] if type(value) is str else None
 
 
 def _int(value: Any) -> int | None:
@@ -204,10 +209,9 @@ class DshTrace:
                             f"{_n(self.open_turn)} step {_n(self.open_step)}"))
             if kind == "tool/call":
                 self.counts["tool_calls"] += 1
-                call_id = data.get("callId")
-                if type(call_id) is str and len(self.pending) < MAX_PENDING:
-                    name = data.get("name")
-                    self.pending[call_id] = [line, offset, name if type(name) is str else None]
+                call_id = _short(data.get("callId"))
+                if call_id is not None and len(self.pending) < MAX_PENDING:
+                    self.pending[call_id] = [line, offset, _short(data.get("name"))]
             elif kind == "tool/result":
                 self.counts["tool_results"] += 1
                 out += self._result(data, line, offset)
@@ -222,8 +226,8 @@ class DshTrace:
     def _result(self, data: dict[str, Any], line: int, offset: int) -> list[DshProblem]:
         message = data.get("message")
         source = message.get("source") if type(message) is dict else None
-        call_id = source.get("callId") if type(source) is dict else None
-        if type(call_id) is str and self.pending.pop(call_id, None) is not None:
+        call_id = _short(source.get("callId")) if type(source) is dict else None
+        if call_id is not None and self.pending.pop(call_id, None) is not None:
             return []
         error = data.get("error")
         if type(error) is dict and error.get("code") == TOOL_NOT_STARTED:
