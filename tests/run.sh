@@ -62,6 +62,15 @@ fi
   -r requirements-dev.lock
 .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps -e .
 
+# The real dsh-session writer (Node packages from npm) for tests/daemon/test_dsh_e2e.py, into
+# .cache/dsh; without npm or the network those tests skip and say why.
+if command -v npm >/dev/null 2>&1; then
+  bash tests/support/dsh/install.sh \
+    || echo "tests/run.sh: the dsh-session packages did not install; test_dsh_e2e will skip" >&2
+else
+  echo "tests/run.sh: no npm; test_dsh_e2e (the real dsh-session writer) will skip" >&2
+fi
+
 .venv/bin/ruff check syncd tests bench
 .venv/bin/mypy
 # The layers of syncd/ (pyproject.toml, [tool.importlinter]): no pure module imports I/O, no circles.

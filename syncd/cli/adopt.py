@@ -15,13 +15,13 @@ from pathlib import Path
 
 import click
 
-from syncd.cli.common import config_option, load_or_exit
+from syncd.cli.common import KeyCommand, config_option, load_or_exit
 from syncd.config import SOCKET_NAME
 from syncd.core.safe_text import safe
 from syncd.ops.control import ControlError, stream
 
 
-@click.command("adopt")
+@click.command("adopt", cls=KeyCommand)
 @click.argument("key")
 @click.option("--from", "source", required=True, metavar="NODE",
               help="The node whose copy wins (this node's own name keeps the local copy).")

@@ -119,6 +119,8 @@ def survey(config: Config) -> list[str]:
     lines = [f"{len(keys)} {'key' if len(keys) == 1 else 'keys'} found under "
              f"{config.roots.describe()}, up to {MAX_DEPTH} levels deep"
              + (f" ({excluded} more excluded by include/exclude)" if excluded else "")]
+    if not scan.instances:
+        lines += no_keys_hint(config)
     if config.roots.prefixed:
         roots = ", ".join(f"{r.name} = {r.path}" for r in scan.roots)
         lines.append(f"roots (each key starts with its root's name): {roots or 'none yet'}")
@@ -127,6 +129,51 @@ def survey(config: Config) -> list[str]:
         lines.append(f"{n} {'directory' if n == 1 else 'directories'} skipped, not replicated:")
         lines += [f"  {printable(str(s.folder))}" + (f" (key {s.key})" if s.key else "")
                   + f": {s.reason}" for s in scan.skipped]
+    return lines
+
+
+# Bounds of the look for file names when no key is found (a root may be a huge tree).
+NAMES_SCANNED = 20_000  # directory entries looked at, at most
+NAMES_SHOWN = 8
+
+
+def names_under(dirs: list[Path], depth: int) -> dict[str, int]:
+    """File names of the regular files under `dirs` (at most `depth` levels down), by count:
+    what a writer there writes, for a root whose configured names match nothing."""
+    counts: dict[str, int] = {}
+    seen = 0
+    todo = [(d, 0) for d in dirs]
+    while todo and seen < NAMES_SCANNED:
+        folder, level = todo.pop()
+        try:
+            with os.scandir(folder) as it:
+                for entry in it:
+                    seen += 1
+                    if seen > NAMES_SCANNED:
+                        break
+                    if entry.is_dir(follow_symlinks=False):
+                        if level < depth:
+                            todo.append((Path(entry.path), level + 1))
+                    elif entry.is_file(follow_symlinks=False):
+                        counts[entry.name] = counts.get(entry.name, 0) + 1
+        except OSError:
+            continue
+    return counts
+
+
+def no_keys_hint(config: Config) -> list[str]:
+    """Why no key was found: the file names looked for, and the names there are."""
+    wanted = ", ".join(sorted(config.all_files()))
+    found = names_under(config.roots.watch_dirs(), PROBE_DEPTH + 1)
+    top = sorted(found.items(), key=lambda kv: (-kv[1], kv[0]))[:NAMES_SHOWN]
+    there = ", ".join(f"{printable(name)} ({n})" for name, n in top)
+    more = f" and {len(found) - len(top)} more names" if len(found) > len(top) else ""
+    lines = [f"no key: syncd looks for directories holding a file named {wanted} "
+             "(`files`, or [keys.\"KEY\"] files)",
+             f"  files under the roots: {there + more if found else 'none'}"]
+    if any(n.startswith("session.jsonl") for n in found):
+        lines.append('  dsh-session roots: files = ["session.jsonl.zstd", "session.jsonl"] '
+                     "(see config/dsh-session.example.toml)")
     return lines
 
 

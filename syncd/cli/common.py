@@ -1,4 +1,5 @@
-"""Pieces shared by the commands: the --config option and loading it with a clear error."""
+"""Pieces shared by the commands: the --config option and loading it with a clear error, and
+KeyCommand, the command class of the commands that take KEYs (which may begin with `-`)."""
 
 from __future__ import annotations
 
@@ -39,3 +40,37 @@ def load_or_exit(path: Path) -> Config:
     except ConfigError as e:
         click.echo(f"syncd: config error: {e}", err=True)
         sys.exit(2)
+
+
+class KeyCommand(click.Command):
+    """A command whose arguments are KEYs or PATHs, which may begin with `-`: a dsh-session key
+    is `--<normalized cwd>--/<session id>` (issue #27). Any word that is not one of this
+    command's options (nor the value of one) is an argument, wherever it stands, so that
+    `syncd status --ready --home-a-proj--/s1` and `syncd adopt --home-a-proj--/s1 --from b`
+    work as typed; `--` still ends the options, as everywhere."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        options: dict[str, click.Option] = {}
+        for param in self.get_params(ctx):
+            if isinstance(param, click.Option):
+                for name in (*param.opts, *param.secondary_opts):
+                    options[name] = param
+        front: list[str] = []
+        words: list[str] = []
+        i = 0
+        while i < len(args):
+            arg = args[i]
+            if arg == "--":
+                words += args[i + 1:]
+                break
+            option = options.get(arg.split("=", 1)[0]) if arg.startswith("-") else None
+            if option is not None:
+                front.append(arg)
+                takes_value = not option.is_flag and not option.count and "=" not in arg
+                if takes_value and i + 1 < len(args):
+                    front.append(args[i + 1])
+                    i += 1
+            else:
+                words.append(arg)
+            i += 1
+        return super().parse_args(ctx, [*front, "--", *words] if words else front)

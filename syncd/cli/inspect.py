@@ -2,7 +2,10 @@
 
     jq -c 'select(.turnId=="…") | {timestamp, type, detail: (.data.type // .data.role)}'
 
-with the time in ISO-8601 UTC and a short detail a person can read.
+with the time in ISO-8601 UTC and a short detail a person can read. A dsh-session file
+(core/dshcheck.py) is told by its first entry: TURN_ID is then the turn's number, its entries
+those whose `data.turn` is that number, and a `session.jsonl.zstd` is read decompressed (its
+line numbers count the decompressed stream, as `syncd verify` does).
 Exit status: 0 turn shown, 1 turn not found, 2 the arguments cannot be used.
 """
 
@@ -18,7 +21,7 @@ from typing import Any
 import click
 import orjson
 
-from syncd.cli.common import key_config_option
+from syncd.cli.common import KeyCommand, key_config_option
 from syncd.cli.verify import (
     EXIT_PROBLEMS,
     UnusableTarget,
@@ -27,13 +30,22 @@ from syncd.cli.verify import (
     read_chunks,
     resolve_files,
 )
+from syncd.core.dshcheck import CHUNK_ROWS, looks_dsh
 from syncd.core.logcheck import (
     COMPACT_TYPES,
     TOOL_CALL_PART_TYPES,
     TOOL_RESULT_PART_TYPES,
     TURN_TERMINALS,
 )
+from syncd.core.recordkinds import ZSTD_FRAMES, kind_for
 from syncd.core.safe_text import safe, safe_json
+
+try:
+    from compression import zstd as _zstd  # type: ignore[import-not-found,unused-ignore]
+except ImportError:
+    from backports import zstd as _zstd  # type: ignore[no-redef,unused-ignore]
+
+OUT_STEP = 1 << 20  # decompressed a MiB at a time
 
 SNIPPET_CHARS = 60
 
@@ -176,10 +188,31 @@ def describe_entry(entry: dict[str, Any]) -> str:
     return ""
 
 
+def _decompressed(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    """The content of a file of Zstandard frames, a MiB at a time (ZstdError if damaged)."""
+    d = _zstd.ZstdDecompressor()
+    for chunk in chunks:
+        data = chunk
+        while True:
+            out = d.decompress(data, OUT_STEP)
+            data = b""
+            if out:
+                yield out
+            if d.eof:  # the next frame starts in what is left
+                data, d = d.unused_data, _zstd.ZstdDecompressor()
+                if not data:
+                    break
+            elif d.needs_input:
+                break
+
+
 def _lines(path: Path) -> Iterator[tuple[int, int, bytes]]:
     """(number, offset, bytes) of every line, the torn tail included."""
     number, offset, pending = 0, 0, bytearray()
-    for chunk in read_chunks(path):
+    chunks = read_chunks(path)
+    if kind_for(path.name) == ZSTD_FRAMES:
+        chunks = _decompressed(chunks)
+    for chunk in chunks:
         if b"\n" not in chunk:
             pending += chunk  # a long line: grow it without copying what we hold
             continue
@@ -199,7 +232,16 @@ def turn_timeline(path: Path, turn_id: str) -> Timeline:
     rows: list[TimelineRow] = []
     unreadable: list[int] = []
     ended_by: str | None = None
+    dsh: bool | None = None  # told by the first entry
     for number, offset, raw in _lines(path):
+        if dsh is None:
+            try:
+                first = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                first = None
+            dsh = isinstance(first, dict) and looks_dsh(first)
+            if dsh:
+                return _dsh_timeline(path, turn_id)
         if needle not in raw:
             continue
         try:
@@ -232,6 +274,58 @@ def turn_timeline(path: Path, turn_id: str) -> Timeline:
     return Timeline(path, tuple(rows), tuple(unreadable), ended_by)
 
 
+def _dsh_detail(kind: str, data: dict[str, Any]) -> str:
+    if kind in ("step/start", "step/end"):
+        return f"step {_text(data.get('step'))}"
+    if kind == "tool/call":
+        return f"{_text(data.get('name', '?'))}({_text(data.get('callId', '?'))})"
+    inner = data.get("message")
+    message: dict[str, Any] = inner if isinstance(inner, dict) else data
+    if kind == "tool/result":
+        source = message.get("source")
+        call = source.get("callId") if isinstance(source, dict) else None
+        error = data.get("error")
+        code = f" {_text(error.get('code'))}" if isinstance(error, dict) else ""
+        return f"result of {_text(call)}{code}"
+    if kind == "turn/end":
+        reason = data.get("reason")
+        return _text(reason.get("kind")) if isinstance(reason, dict) else ""
+    if kind in CHUNK_ROWS:
+        texts = data.get("texts", data.get("args"))
+        return f"{len(texts)} chunks" if isinstance(texts, list) else ""
+    if kind == "assistant/chunk":
+        chunk = data.get("chunk")
+        return _text(chunk.get("type")) if isinstance(chunk, dict) else ""
+    return snippet(_content_text(message.get("content")))
+
+
+def _dsh_timeline(path: Path, turn_id: str) -> Timeline:
+    """A dsh session's turn, by number: every record whose data names it."""
+    rows: list[TimelineRow] = []
+    unreadable: list[int] = []
+    ended_by: str | None = None
+    turn = int(turn_id) if turn_id.isdigit() else None
+    for number, offset, raw in _lines(path):
+        if turn is None or b'"turn"' not in raw:
+            continue
+        try:
+            entry = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            unreadable.append(number)
+            continue
+        data = entry.get("data") if isinstance(entry, dict) else None
+        if not isinstance(data, dict) or data.get("turn") != turn:
+            continue
+        kind = _text(entry.get("type"))
+        if kind == "turn/end" and ended_by is None:
+            reason = _dsh_detail(kind, data)
+            ended_by = f"turn/end ({reason})" if reason else kind
+        rows.append(TimelineRow(line=number, offset=offset,
+                                timestamp=entry.get("time", entry.get("time0")),
+                                entry_type=kind, detail=_dsh_detail(kind, data)))
+    return Timeline(path, tuple(rows), tuple(unreadable), ended_by)
+
+
 def render_timeline(label: str, turn_id: str, timeline: Timeline) -> str:
     rows = timeline.rows
     span = f"line {rows[0].line}" if len(rows) == 1 else f"lines {rows[0].line}-{rows[-1].line}"
@@ -246,9 +340,10 @@ def render_timeline(label: str, turn_id: str, timeline: Timeline) -> str:
     return "\n".join(out)
 
 
-@click.command("inspect")
+@click.command("inspect", cls=KeyCommand)
 @click.argument("target", metavar="PATH|KEY")
-@click.option("--turn", "turn_id", required=True, metavar="TURN_ID", help="The turnId to show.")
+@click.option("--turn", "turn_id", required=True, metavar="TURN_ID",
+              help="The turnId to show (in a dsh-session file: the turn's number).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 @key_config_option
 def command(target: str, turn_id: str, as_json: bool, config_path: Path | None) -> None:
@@ -267,6 +362,8 @@ def command(target: str, turn_id: str, as_json: bool, config_path: Path | None) 
             timeline = turn_timeline(path, turn_id)
         except OSError as error:
             fail("inspect", f"cannot read {path}: {describe_os_error(error)}")
+        except _zstd.ZstdError as error:
+            fail("inspect", f"{path}: a frame does not decompress ({error}); see syncd verify")
         for number in timeline.unreadable_lines:
             click.echo(
                 f"syncd inspect: {safe(path)}: line {number} mentions the turn but is not valid "

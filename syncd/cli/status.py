@@ -31,9 +31,9 @@ from typing import Any
 import click
 import orjson
 
-from syncd.cli.common import config_option, load_or_exit
+from syncd.cli.common import KeyCommand, config_option, load_or_exit
 from syncd.config import SOCKET_NAME
-from syncd.core import selection
+from syncd.core import selection, shellwords
 from syncd.core.safe_text import safe, safe_json, safe_tree
 from syncd.core.takeover import Takeover, takeover, to_json
 from syncd.ops.control import ControlError, Unreachable, query
@@ -45,7 +45,7 @@ PROGRESS_SECONDS = 10.0  # --wait: a line on stderr this often while not ready
 SHOWN = 20  # not-ready files listed per selector that names many
 
 
-@click.command("status")
+@click.command("status", cls=KeyCommand)
 @click.argument("keys", nargs=-1, metavar="[SELECTOR]...")
 @config_option
 @click.option("--json", "as_json", is_flag=True, help="Print the status as one JSON object.")
@@ -69,7 +69,7 @@ def command(keys: tuple[str, ...], config_path: Path, as_json: bool, ready_keys:
     \b
     A SELECTOR is a key (bot-1), a root's name or any level above keys (alice: every key
     alice/...), or a glob over whole keys ('alice/*', '*/group_*'; * and ? match / too).
-    Put -- before selectors that begin with '-'.
+    A selector may begin with '-' (dsh-session keys do: --home-a-proj--/SESSION).
 
     \b
     Exit status:
@@ -295,8 +295,9 @@ def render(status: dict[str, Any]) -> str:
         if f.get("note"):
             lines.append(f"{name}: note: {f['note']}")
         if freeze or f.get("diverged"):
-            lines.append(f"    resolve on the host whose copy should lose: syncd adopt {f['key']} "
-                         "--from <node that wins>")
+            hint = shellwords.command("syncd", "adopt", f["key"], "--from")
+            lines.append(f"    resolve on the host whose copy should lose: {hint} "
+                         "<node that wins>")
         elif f.get("error") or f.get("paused"):
             lines.append(f"{name}: {f['state'].upper()}: {f.get('error') or f.get('paused')}")
         elif not f["ready"]:
@@ -367,7 +368,7 @@ def ready_text(verdict: Takeover) -> str:
                 lines.extend(f"  {safe(f.key)}/{safe(f.file)}: {safe(r)}" for r in f.reasons)
             if len(unready) > SHOWN:
                 lines.append(f"  ... and {len(unready) - SHOWN} more files not ready "
-                             f"(syncd status --problems '{sel}')")
+                             f"({shellwords.command('syncd', 'status', '--problems', sel)})")
     return "\n".join(lines)
 
 

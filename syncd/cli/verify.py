@@ -17,7 +17,7 @@ from typing import NoReturn
 import click
 import orjson
 
-from syncd.cli.common import DEFAULT_CONFIG, key_config_option
+from syncd.cli.common import DEFAULT_CONFIG, KeyCommand, key_config_option
 from syncd.config import ConfigError, load_config
 from syncd.core.errors import SyncdError
 from syncd.core.framecheck import Checker, checker_for
@@ -159,17 +159,23 @@ def render_report(label: str, report: Report) -> str:
     lines.extend(f"  note: {safe(note)}" for note in report.notes)
     events = report.turn_events
     ended = events["turn.done"] + events["turn.failed"] + events["turn.aborted"]
-    lines.append(
-        f"turns: {events['turn.start']} started, {ended} ended "
-        f"({events['turn.done']} done, {events['turn.failed']} failed, "
-        f"{events['turn.aborted']} aborted)"
-    )
+    if report.dsh is not None:  # a dsh-session file (core/dshcheck.py)
+        d = report.dsh
+        lines.append(f"dsh session: {d['events']} events; turns: {d['turns_started']} started, "
+                     f"{d['turns_ended']} ended; steps: {d['steps']}; tool calls: "
+                     f"{d['tool_calls']}, tool results: {d['tool_results']}")
+    else:
+        lines.append(
+            f"turns: {events['turn.start']} started, {ended} ended "
+            f"({events['turn.done']} done, {events['turn.failed']} failed, "
+            f"{events['turn.aborted']} aborted)"
+        )
     lines.extend(_counts_table("entries by type", report.entry_types))
     lines.extend(_counts_table("messages by role or custom type", report.message_types))
     return "\n".join(lines)
 
 
-@click.command("verify")
+@click.command("verify", cls=KeyCommand)
 @click.argument("target", metavar="PATH|KEY")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 @key_config_option

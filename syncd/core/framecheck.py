@@ -33,7 +33,7 @@ try:
 except ImportError:
     from backports import zstd as _zstd  # type: ignore[no-redef,unused-ignore]
 
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: its inner LogChecker's state 5 (dsh sessions)
 MIN_FRAME_HOLD = 64 << 20  # compressed bytes of one frame held for its check, at least
 MAX_CONTENT = 1 << 30  # decompressed bytes of one frame, at most
 OUT_STEP = 1 << 20  # decompressed a MiB at a time, each fed on at once

@@ -34,6 +34,10 @@ Problems found line by line are recorded as they happen (the first MAX_LISTED of
 with exact counts); the others are derived from the bookkeeping by report(), which changes
 nothing, so it may be called at any time.
 
+A DeepSeek Harness session (its first entry a `{"type": "session", ...}` header or an event
+with a `seq`) is checked by core/dshcheck.py instead, by that library's own invariants; the
+counting, the torn tail, the bounds and the saved state here stay the same for it.
+
 The seed's rules, and the exceptions it states itself
 -----------------------------------------------------
 "turn.start 第一行、终结事件最后一行" (turn.start first, the terminal event last) is a rule
@@ -99,9 +103,10 @@ from typing import Any
 
 import orjson
 
+from syncd.core.dshcheck import DshTrace, looks_dsh
 from syncd.core.refs import line_refs
 
-STATE_VERSION = 4
+STATE_VERSION = 5  # 5: the dsh-session trace (core/dshcheck.py)
 
 # Enough to act on; a file with more bad lines than this is broken as a whole.
 MAX_LISTED = 1000
@@ -143,6 +148,18 @@ class ProblemKind(StrEnum):
     MISSING_ANCHOR = "missing_anchor"
     MISSING_IMAGES_RECORD = "missing_images_record"
     MISSING_RESOURCE = "missing_resource"
+    # dsh-session files (core/dshcheck.py)
+    MISSING_HEADER = "missing_header"
+    HEADER_NOT_FIRST = "header_not_first"
+    NOT_EVENT = "not_event"
+    SEQ_NOT_INCREASING = "seq_not_increasing"
+    SEQ_GAP = "seq_gap"
+    TURN_NUMBER = "turn_number"
+    STEP_NUMBER = "step_number"
+    OUTSIDE_TURN = "outside_turn"
+    OUTSIDE_STEP = "outside_step"
+    OPEN_STEP = "open_step"
+    TOOL_RESULT_WITHOUT_CALL = "tool_result_without_call"
     DAMAGED_FRAME = "damaged_frame"  # a `.zstd` log's frame that does not decompress
     TORN_TAIL = "torn_tail"
 
@@ -222,6 +239,8 @@ class Report:
     turn_in_progress: TurnInProgress | None = None
     pending_tool_calls: tuple[PendingCall, ...] = ()  # of the turn in progress, by line
     extra_notes: tuple[str, ...] = ()
+    # A dsh-session file (core/dshcheck.py): its events, turns, steps and tool calls.
+    dsh: Mapping[str, int] | None = None
 
     @property
     def clean(self) -> bool:
@@ -260,7 +279,7 @@ class Report:
         return self.problem_total - len(self.problems)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "clean": self.clean,
             "bytes": self.bytes_checked,
             "lines": self.lines,
@@ -278,6 +297,9 @@ class Report:
             "pending_tool_calls": [p.to_json() for p in self.pending_tool_calls],
             "notes": self.notes,
         }
+        if self.dsh is not None:  # a dsh-session file only: Ishiki reports stay as they were
+            out["dsh"] = dict(self.dsh)
+        return out
 
 
 def _ms_text(ms: int | float) -> str:
@@ -418,6 +440,7 @@ class LogChecker:
         self._recorded_counts: dict[str, int] = {}
         # resource reference (refs.py) -> [line, offset] where it first appears
         self._refs: dict[str, list[int]] = {}
+        self._dsh: DshTrace | None = None  # a dsh-session file: its checks instead of these
 
     # -- feeding ---------------------------------------------------------------------------
 
@@ -518,12 +541,18 @@ class LogChecker:
     # -- one entry -------------------------------------------------------------------------
 
     def _check_entry(self, entry: dict[str, Any], line: int, offset: int) -> None:
+        if self._entries == 0 and looks_dsh(entry):
+            self._dsh = DshTrace()  # chosen by what the file holds (see core/dshcheck.py)
         self._entries += 1
         entry_type = entry.get("type")
         if type(entry_type) is not str:
             entry_type = _jq_text(entry_type)
         counts = self._entry_types
         counts[entry_type] = counts.get(entry_type, 0) + 1
+        if self._dsh is not None:
+            for kind, at, off, message in self._dsh.entry(entry, line, offset):
+                self._record(Problem(ProblemKind(kind), at, off, message))
+            return
 
         entry_id = entry.get("id")
         if type(entry_id) is str:
@@ -810,6 +839,8 @@ class LogChecker:
             late_projections=dict(sorted(self._late_projections.items())),
             turn_in_progress=in_progress,
             pending_tool_calls=tuple(sorted(pending, key=lambda p: (p.line, p.tool_call_id))),
+            extra_notes=tuple(self._dsh.notes()) if self._dsh is not None else (),
+            dsh=self._dsh.summary() if self._dsh is not None else None,
         )
 
     def _torn_tail(self) -> Problem:
@@ -859,6 +890,7 @@ class LogChecker:
             "recorded": [problem.to_json() for problem in self._recorded],
             "recorded_counts": self._recorded_counts,
             "refs": self._refs,
+            "dsh": self._dsh.to_state() if self._dsh is not None else None,
         }
         return orjson.dumps(state)
 
@@ -910,6 +942,8 @@ class LogChecker:
         ]
         checker._recorded_counts = state["recorded_counts"]
         checker._refs = {str(k): [v[0], v[1]] for k, v in state["refs"].items()}
+        dsh = state["dsh"]
+        checker._dsh = DshTrace.from_state(dsh) if dsh is not None else None
         return checker
 
 

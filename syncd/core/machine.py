@@ -63,7 +63,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from syncd.core import recordkinds
+from syncd.core import recordkinds, shellwords
 from syncd.core.events import (
     EMPTY,
     NO_READS,
@@ -1661,7 +1661,8 @@ class Machine:
             out.append(AdoptDone(ticket, {"error": (
                 f"{source}'s copy of {self.name} is reset (its file was cleared or replaced): "
                 f"it holds nothing it can vouch for. On {source}, keep its new copy first "
-                f"(syncd adopt {self.key} --from {source}), then adopt it here")}))
+                f"({shellwords.command('syncd', 'adopt', self.key, '--from', source)}), "
+                "then adopt it here")}))
             return
         if self._supersede_adoption(source, ticket, wall, out):
             return

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import ssl
 import subprocess
 from pathlib import Path
@@ -289,3 +290,29 @@ def test_connect_errors_are_classified() -> None:
         "credentials")
     assert classify_connect_error(aiomqtt.MqttError("[Errno 111] Connection refused")) == (
         "unreachable")
+
+
+def test_a_root_with_no_key_says_which_names_it_looked_for_and_found(tmp_path: Path) -> None:
+    """Issue #27: a dsh-session root under the default `files` (events.jsonl) said "0 keys"
+    and nothing else."""
+    config = setup(tmp_path)
+    shutil.rmtree(tmp_path / "runtimes")
+    for n in (1, 2):
+        session = tmp_path / "runtimes" / "--home-a-proj--" / f"s{n}"
+        session.mkdir(parents=True)
+        (session / "session.jsonl.zstd").write_bytes(b"")
+    config.write_text(config.read_text().replace('exclude = ["scratch"]\n', ""))
+    result = check(config)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("config OK: node host-a, 0 keys found under")
+    assert lines[1].startswith("no key: syncd looks for directories holding a file named "
+                               "events.jsonl")
+    assert lines[2] == "  files under the roots: session.jsonl.zstd (2)"
+    assert "config/dsh-session.example.toml" in lines[3]
+    config.write_text(config.read_text().replace(
+        'runtimes_dir = "runtimes"',
+        'runtimes_dir = "runtimes"\nfiles = ["session.jsonl.zstd", "session.jsonl"]'))
+    result = check(config)
+    assert result.stdout.startswith("config OK: node host-a, 2 keys found under"), result.output
+    assert "no key" not in result.stdout

