@@ -63,7 +63,14 @@ fi
 .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps -e .
 
 # The real dsh-session writer (Node packages from npm) for tests/daemon/test_dsh_e2e.py, into
-# .cache/dsh; without npm or the network those tests skip and say why.
+# .cache/dsh; npm itself from Debian when absent (the Node it brings only runs npm: the
+# packages pin the Node they need). Without npm or the network those tests skip and say why.
+if ! command -v npm >/dev/null 2>&1; then
+  echo "tests/run.sh: installing npm (for the dsh-session end-to-end tests)" >&2
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends npm \
+    || echo "tests/run.sh: npm not installable here" >&2
+fi
 if command -v npm >/dev/null 2>&1; then
   bash tests/support/dsh/install.sh \
     || echo "tests/run.sh: the dsh-session packages did not install; test_dsh_e2e will skip" >&2
