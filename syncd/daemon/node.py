@@ -165,6 +165,7 @@ class Node:
         self.speaks: dict[str, tuple[int, ...]] = {}
         self._sealing = sealed.BodyKeys()  # ours, per recipient set (sealed.py)
         self._opening = sealed.BodyKeys()  # the peers', as unwrapped
+        self.heard_version: dict[str, int] = {}  # node -> the version of its last frame here
         self.not_for_us = 0  # sealed frames not for this run of ours to open (sealed.NotForUs)
         self._seq = itertools.count()
         self._guard = ReplayGuard()  # again in check_dirs(), with the runs kept in state_dir
@@ -821,9 +822,12 @@ class Node:
         if verdict.reason is not None:
             self._reject(topic, verdict.reason, route.sender)
             return
-        if route.channel is Channel.PRESENCE and not self._heard_presence(sender, key, frame):
-            self._reject(topic, "unusable run key in presence", route.sender)
-            return
+        if route.channel is Channel.PRESENCE:
+            if not self._heard_presence(sender, key, frame):
+                self._reject(topic, "unusable run key in presence", route.sender)
+                return
+        else:
+            self.heard_version[sender] = sealed.version_of(payload)
         if verdict.online is not None:
             self._presence_changed(sender, verdict.online)
         if frame.lane:
@@ -1066,6 +1070,7 @@ class Node:
         """A node removed from [peers]: drop it from presence, every file and the metrics."""
         self.presence.pop(node, None)
         self.speaks.pop(node, None)
+        self.heard_version.pop(node, None)
         if self.pairs is not None:
             self.pairs.forget(node)
         self._streams.forget(node)
@@ -1170,7 +1175,8 @@ class Node:
     def _peer_status(self, node: str, online: bool, now: float) -> dict[str, Any]:
         out: dict[str, Any] = {"online": online, "since": self.presence_since.get(node),
                                "speaks": list(self.speaks.get(node, versions.LEGACY)),
-                               "wire_version": self.wire_version(node)}
+                               "wire_version": self.wire_version(node),
+                               "heard_version": self.heard_version.get(node)}
         c = self._streams.confirmation(node, now)
         out["confirmed"] = c.confirmed
         if not c.confirmed:
