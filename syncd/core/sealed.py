@@ -201,8 +201,8 @@ def open_bytes(payload: bytes, topic: str, sender: str, me: str, my_epoch: int,
         key = pair.decrypt(nonce, wrap, _bound(topic, raw_head, ciphertext))
         plain = (keys or BodyKeys()).opener(key).decrypt(nonce, ciphertext, None)
     except InvalidTag:
-        raise FrameError("sealed frame does not open (not sealed by the sender for this host "
-                         "and topic, or altered)") from None
+        raise FrameError("bad seal (not sealed by the sender for this host and this topic, "
+                         "or altered)") from None
     return epoch, seq, plain
 
 
