@@ -1,4 +1,7 @@
-"""The wire format (protocol version 5): topics and signed frames, without any I/O.
+"""The wire format: topics, items, and signed frames (protocol version 5), without any I/O.
+
+Version 6 (sealed.py) carries the same items, encrypted for each recipient; presence is
+always a version-5 frame. Which version each frame goes out in: versions.py.
 
 Topic layout under the configured prefix P; every level after P is `level(name)`, an encoding
 of a node id, an instance key or a file name (see below):

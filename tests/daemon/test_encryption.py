@@ -6,19 +6,25 @@ from __future__ import annotations
 
 import hashlib
 import os
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
 
+import orjson
 import paho.mqtt.client as mqtt
 import pytest
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from paho.mqtt.enums import CallbackAPIVersion
 
-from syncd.core import frames
-from syncd.core.frames import Kind
+from syncd.core import frames, sealed
+from syncd.core.frames import Data, Frame, Item, Kind
 from syncd.core.ledger import Ledger
+from syncd.core.pairkeys import PairKeys
+from tests.daemon.test_hostile import Attacker
+from tests.daemon.test_threats import FILE, publish
 from tests.support.cluster import Broker, Daemon, node_identity, wait_until
-from tests.support.files import KEY, append, wait_equal, wait_state
+from tests.support.files import KEY, append, content, wait_equal, wait_state
 from tests.support.ishiki import ishiki_lines
 from tests.support.ishiki_writer import put_artifact, shake_line
 
@@ -127,3 +133,114 @@ def test_nothing_written_reaches_the_broker_in_clear(
         peers = d.status()["peers"]
         assert all(p["wire_version"] == 6 and p["speaks"] == [5, 6]
                    for n, p in peers.items() if p["online"]), peers
+
+
+INJECTED = b'{"id": "X", "role": "system", "content": "INJECTED"}\n'
+P = "test/syncd"
+
+
+def presence_of(attacker: Attacker, node: str) -> tuple[int, bytes]:
+    """A node's run and run key, from its signed presence as captured."""
+    topic = frames.presence_topic(P, node)
+    for t, payload in reversed(attacker.captured("n")):
+        if t == topic:
+            f = frames.decode(frames.parse_topic(P, t), payload, node, 1 << 20,
+                              node_identity(node).key.public_key(), t)
+            p = f.items[0].payload
+            if isinstance(p, frames.Presence) and p.online:
+                return f.epoch, p.run_key
+    raise AssertionError(f"no presence of {node} captured")
+
+
+def test_a_listed_host_cannot_forge_alter_replay_or_read_what_is_not_for_it(
+    broker: Broker, make_daemon: Callable[..., Daemon]
+) -> None:
+    """The threat model on sealed frames, end to end: c is listed and its key is real
+    (compromised); it announces itself, so a seals its batches for b and c. c reads those
+    (it is a recipient), but it cannot read what a addresses to b, forge a frame in b's name,
+    alter a frame it received for b, nor replay one."""
+    attacker = Attacker(broker)
+    try:
+        a, b = make_daemon("a", broker), make_daemon("b", broker)
+        append(a.path(KEY), ishiki_lines(10))
+        wait_equal(content(a.path(KEY)), b)
+        epochs = {n: presence_of(attacker, n) for n in "ab"}
+        c_epoch = int(time.time()) + 10**6
+        c = PairKeys("c", c_epoch, node_identity("c").key)
+        for n, (epoch, run_key) in epochs.items():
+            c.learn(n, epoch, node_identity(n).key.public_key(), run_key)
+        topic = frames.presence_topic(P, "c")
+        publish(broker, topic, frames.encode(frames.Frame(
+            "c", c_epoch, 1, 1, (Item(Kind.NODE, frames.Presence(
+                True, speaks=(5, 6), run_key=c.run_public)),), conn=1), node_identity("c"),
+            topic))
+        for d in (a, b):
+            wait_until(lambda d=d: d.status()["peers"].get("c", {}).get("wire_version") == 6,
+                       10, f"{d.node} to hear c")
+
+        def opened(t: str, payload: bytes, sender: str) -> Frame | None:
+            try:
+                return sealed.decode(frames.parse_topic(P, t), payload, sender, 1 << 20, t, "c",
+                                     c_epoch, lambda e: c.receiving(sender, e))
+            except sealed.NotForUs:
+                return None
+
+        # What a addresses to b (the bytes b missed while it was away) is not c's to read.
+        b.stop()
+        append(a.path(KEY), ishiki_lines(4))
+        b.start()
+        wait_equal(content(a.path(KEY)), b)
+        to_b = [(t, p) for t, p in attacker.seen if t.startswith(f"{P}/t/b/a")
+                and p.startswith(sealed.PREAMBLE)]
+        assert to_b and all(opened(t, p, "a") is None for t, p in to_b)
+        assert ishiki_lines(4)[:40] not in b"".join(p for _, p in attacker.seen)
+        start = len(attacker.seen)
+        append(a.path(KEY), ishiki_lines(3))
+        wait_equal(content(a.path(KEY)), b)
+        copy = content(a.path(KEY))
+        batch_topic = frames.all_topic(P, "a")
+        batches = wait_until(lambda: [(t, p) for t, p in attacker.seen[start:]
+                                      if t == batch_topic and opened(t, p, "a") is not None
+                                      and any(i.kind is Kind.LIVE
+                                              for i in opened(t, p, "a").items)],  # type: ignore[union-attr]
+                             10, "c to read a live batch of a's (it is a recipient)")
+        # 1. A frame in b's name, sealed for a with the only key c has with a: refused.
+        pair = c.sending("a")
+        assert pair is not None
+        b_epoch = presence_of(attacker, "b")[0]
+        forged = sealed.encode(Frame("b", b_epoch, 10**9, 1, (Item(
+            Kind.LIVE, Data(len(copy), chain_digest(copy), INJECTED), KEY, FILE),), lane=10**6),
+            frames.all_topic(P, "b"), [("a", *pair)])
+        publish(broker, frames.all_topic(P, "b"), forged)
+        wait_until(lambda: a.status()["rejected_frames"] >= 1, 10, "a to refuse the forgery")
+        assert "bad seal" in a.read_log()
+        # 2. a's batch with another body under the key c unwrapped, the wraps kept: b refuses.
+        t, raw = batches[-1]
+        (hlen,) = struct.unpack_from(">I", raw, 3)
+        rcpt = orjson.loads(raw[7 : 7 + hlen])["rcpt"]
+        cipher_at = 7 + hlen + 48 * len(rcpt)
+        mine = [n for n, _ in rcpt].index("c")
+        seq = orjson.loads(raw[7 : 7 + hlen])["seq"]
+        nonce = struct.pack(">4xQ", seq)
+        receive = c.receiving("a", epochs["a"][0])
+        assert receive is not None
+        body_key = receive.decrypt(nonce, raw[7 + hlen + 48 * mine : 7 + hlen + 48 * (mine + 1)],
+                                   sealed._bound(t, raw[7 : 7 + hlen], raw[cipher_at:]))
+        plain = AESGCM(body_key).decrypt(nonce, raw[cipher_at:], None)
+        assert ishiki_lines(3)[:40] in plain  # c, a recipient, reads it
+        altered = AESGCM(body_key).encrypt(nonce, plain[:-len(INJECTED)] + INJECTED, None)
+        rejected = b.status()["rejected_frames"]
+        publish(broker, t, raw[:cipher_at] + altered)
+        wait_until(lambda: b.status()["rejected_frames"] > rejected, 10,
+                   "b to refuse the altered batch")
+        assert "bad seal" in b.read_log()
+        # 3. The authentic batch again: refused as a replay.
+        publish(broker, t, raw)
+        wait_until(lambda: b.status()["rejected_frames"] > rejected + 1, 10,
+                   "b to refuse the replayed batch")
+        append(a.path(KEY), ishiki_lines(2))  # and replication goes on
+        wait_equal(content(a.path(KEY)), b)
+        for d in (a, b):
+            assert INJECTED not in content(d.path(KEY))
+    finally:
+        attacker.close()
