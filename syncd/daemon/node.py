@@ -166,6 +166,7 @@ class Node:
         self._sealing = sealed.BodyKeys()  # ours, per recipient set (sealed.py)
         self._opening = sealed.BodyKeys()  # the peers', as unwrapped
         self.heard_version: dict[str, int] = {}  # node -> the version of its last frame here
+        self._last_presence: dict[str, bytes] = {}  # node -> its last presence accepted
         self.not_for_us = 0  # sealed frames not for this run of ours to open (sealed.NotForUs)
         self._seq = itertools.count()
         self._guard = ReplayGuard()  # again in check_dirs(), with the runs kept in state_dir
@@ -796,6 +797,8 @@ class Node:
             self._reject(topic, f"from {name!r}, a node not listed in [peers]", route.sender)
             return
         sender, key = listed
+        if route.channel is Channel.PRESENCE and self._last_presence.get(sender) == payload:
+            return  # the same retained presence again (a reload resubscribed): no news
         max_data = max(self.chunk_bytes, 16 << 20)
         assert self.pairs is not None
         pairs = self.pairs
@@ -826,6 +829,7 @@ class Node:
             if not self._heard_presence(sender, key, frame):
                 self._reject(topic, "unusable run key in presence", route.sender)
                 return
+            self._last_presence[sender] = payload
         else:
             self.heard_version[sender] = sealed.version_of(payload)
         if verdict.online is not None:
@@ -1071,6 +1075,7 @@ class Node:
         self.presence.pop(node, None)
         self.speaks.pop(node, None)
         self.heard_version.pop(node, None)
+        self._last_presence.pop(node, None)
         if self.pairs is not None:
             self.pairs.forget(node)
         self._streams.forget(node)
