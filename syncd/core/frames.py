@@ -1,4 +1,7 @@
-"""The wire format (protocol version 5): topics and signed frames, without any I/O.
+"""The wire format: topics, items, and signed frames (protocol version 5), without any I/O.
+
+Version 6 (sealed.py) carries the same items, encrypted for each recipient; presence is
+always a version-5 frame. Which version each frame goes out in: versions.py.
 
 Topic layout under the configured prefix P; every level after P is `level(name)`, an encoding
 of a node id, an instance key or a file name (see below):
@@ -61,6 +64,7 @@ from syncd.core.errors import SyncdError
 from syncd.core.identity import SIGNATURE_SIZE, Identity, verify
 from syncd.core.ledger import DIGEST_SIZE
 from syncd.core.names import file_problem, key_problem, part_problem, printable
+from syncd.core.versions import SPEAKS
 
 VERSION = 5
 PREAMBLE = b"sd\x05"
@@ -70,6 +74,7 @@ MAX_HEADER = 1 << 20
 MAX_ITEMS = 4096
 MAX_DIVERGED = 1024  # peers one announcement may name as diverged (more hosts than any cluster)
 LEVEL_MAX = 100
+MAX_SPOKEN = 16  # wire versions one presence may list
 
 
 class FrameError(SyncdError, ValueError):
@@ -250,6 +255,10 @@ class Presence:
 
     online: bool
     retired: bool = False
+    # Version 6 on: the wire versions the host speaks (absent: 5 only, versions.py) and its
+    # run's X25519 key (pairkeys.py), in the signed presence that a version-5 host reads too.
+    speaks: tuple[int, ...] = ()
+    run_key: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -456,10 +465,14 @@ def _item_header(item: Item) -> tuple[dict[str, Any], bytes]:
     body = b""
     header: dict[str, Any]
     match item.payload:
-        case Presence(online, retired):
+        case Presence(online, retired, speaks, run_key):
             header = {"online": online}
             if retired:
                 header["retired"] = True
+            if speaks:
+                header["speaks"] = list(speaks)
+            if run_key:
+                header["x"] = run_key.hex()
         case Announce(size, digest, frozen, answers, diverged):
             header = {"size": size, "digest": digest.hex(), "frozen": frozen}
             if answers:
@@ -526,13 +539,20 @@ def signed_part(topic: str, rest: bytes | memoryview) -> bytes:
     return topic.encode("utf-8", "surrogateescape") + b"\x00" + hashlib.sha256(rest).digest()
 
 
-def encode(frame: Frame, identity: Identity, topic: str) -> bytes:
+def item_parts(frame: Frame) -> tuple[list[dict[str, Any]], list[bytes]]:
+    """The items' headers and their bodies, in item order (every wire version)."""
     items = []
     bodies = []
     for item in frame.items:
         header, body = _item_header(item)
         items.append(header)
         bodies.append(body)
+    return items, bodies
+
+
+def encode(frame: Frame, identity: Identity, topic: str) -> bytes:
+    """A version-5 frame: signed, in clear (sealed.py makes version 6)."""
+    items, bodies = item_parts(frame)
     head: dict[str, Any] = {"v": VERSION, "from": frame.sender, "epoch": frame.epoch,
                             "seq": frame.seq, "ts": frame.ts, "items": items}
     if frame.to:
@@ -550,8 +570,9 @@ def check_signature(payload: bytes, topic: str, key: Ed25519PublicKey) -> None:
     """Raise FrameError unless `payload` is a version-5 frame signed by `key` for `topic`."""
     if not payload.startswith(PREAMBLE):
         if payload[:2] == PREAMBLE[:2] and len(payload) > 2:
-            raise FrameError(f"protocol version {payload[2]} frame; this host speaks version "
-                             f"{VERSION} (upgrade every host to the same syncd release)")
+            raise FrameError(f"protocol version {payload[2]} frame; this host speaks versions "
+                             f"{' and '.join(map(str, SPEAKS))} (docs/protocol.md, "
+                             "Compatibility)")
         raise FrameError("bad preamble (not a syncd frame)")
     if len(payload) < HEADER_START:
         raise FrameError("truncated frame")
@@ -582,6 +603,13 @@ def decode(route: Route, payload: bytes, sender: str, max_data: int,
         raise FrameError("header is not an object")
     if head.get("v") != VERSION:
         raise FrameError(f"header version {str(head.get('v'))[:20]!r}, expected {VERSION}")
+    return finish(route, head, memoryview(payload)[start + hlen :], sender, max_data)
+
+
+def finish(route: Route, head: dict[str, Any], body: memoryview, sender: str,
+           max_data: int) -> Frame:
+    """Validate an authenticated header (fields from, epoch, seq, ts, items, and to, conn,
+    lane if any) and the items' bytes that follow it: the Frame they make (every version)."""
     if head.get("from") != sender:
         raise FrameError("header names another sender than the topic")
     to = head.get("to", "")
@@ -593,7 +621,6 @@ def decode(route: Route, payload: bytes, sender: str, max_data: int,
     if route.channel is not Channel.ALL and route.channel is not Channel.TO \
             and len(raw_items) != 1:
         raise FrameError("a presence or position frame holds exactly one item")
-    body = memoryview(payload)[start + hlen :]
     items = []
     at = 0
     allowed = _CHANNEL_KINDS[route.channel]
@@ -654,7 +681,18 @@ def _payload(kind: Kind, header: dict[str, Any], body: bytes) -> Payload:
             retired = header.get("retired", False)
             if not isinstance(retired, bool):
                 raise FrameError("field 'retired' must be true or false")
-            return Presence(_bool(header, "online"), retired)
+            speaks = header.get("speaks", [])
+            if (not isinstance(speaks, list) or len(speaks) > MAX_SPOKEN
+                    or not all(type(v) is int and 0 < v < 256 for v in speaks)):
+                raise FrameError(f"field 'speaks' must list at most {MAX_SPOKEN} versions")
+            run_key = header.get("x", "")
+            if not isinstance(run_key, str) or len(run_key) not in (0, 64):
+                raise FrameError("field 'x' must be a 32-byte hex key")
+            try:
+                raw_key = bytes.fromhex(run_key)
+            except ValueError:
+                raise FrameError("field 'x' is not hex") from None
+            return Presence(_bool(header, "online"), retired, tuple(speaks), raw_key)
         case Kind.POS:
             frozen = header.get("frozen")
             if frozen is not None and (not isinstance(frozen, str) or len(frozen) > 200):

@@ -49,7 +49,7 @@ REJECT_REASONS = FRAME_REASONS + LIMIT_REASONS
 def reject_reason(message: str) -> str:
     """A small, stable label for why a frame was refused (the message itself is logged)."""
     text = message.lower()
-    if "bad signature" in text:
+    if "bad signature" in text or "bad seal" in text:
         return "auth"
     if "not listed in [peers]" in text:
         return "unlisted"

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from syncd.config import SOCKET_NAME, Config, ConfigError, load_config
-from syncd.core import frames
+from syncd.core import frames, sealed, versions
 from syncd.core.budget import ANSWER_OVERHEAD, Budgets, Holdings, probe_cost, serve_cost
 from syncd.core.errors import SyncdError
 from syncd.core.events import (
@@ -52,6 +52,7 @@ from syncd.core.ledger import BLOCK, DIGEST_SIZE
 from syncd.core.machine import Tuning
 from syncd.core.names import printable
 from syncd.core.oslimits import shortfalls
+from syncd.core.pairkeys import PairKeyError, PairKeys
 from syncd.core.readiness import Unconfirmed, when
 from syncd.core.roots import MAX_DEPTH, KeyPathError
 from syncd.core.telemetry import Telemetry
@@ -159,6 +160,14 @@ class Node:
         self._level = frames.level(config.node)
         self.identity: Identity | None = None  # read in check_dirs(), before anything is sent
         self.epoch = 0  # this run's number, counted up in check_dirs()
+        self.pairs: PairKeys | None = None  # this run's keys and the peers' (check_dirs())
+        # node -> the wire versions its newest presence says it speaks (versions.py)
+        self.speaks: dict[str, tuple[int, ...]] = {}
+        self._sealing = sealed.BodyKeys()  # ours, per recipient set (sealed.py)
+        self._opening = sealed.BodyKeys()  # the peers', as unwrapped
+        self.heard_version: dict[str, int] = {}  # node -> the version of its last frame here
+        self._last_presence: dict[str, bytes] = {}  # node -> its last presence accepted
+        self.not_for_us = 0  # sealed frames not for this run of ours to open (sealed.NotForUs)
         self._seq = itertools.count()
         self._guard = ReplayGuard()  # again in check_dirs(), with the runs kept in state_dir
         self._peer_epochs = PeerEpochs(config.state_dir)
@@ -247,15 +256,36 @@ class Node:
                           qos=1 if to else 0)
 
     def _seal(self, topic: str, items: tuple[frames.Item, ...], to: str = "",
-              conn: int | None = None, lane: int = 0) -> bytes:
-        """Encode and sign a frame for `topic`, stamped with our run, connection and order."""
-        assert self.identity is not None
+              conn: int | None = None, lane: int = 0, signed: bool = False) -> bytes:
+        """Encode a frame for `topic`, stamped with our run, connection and order: sealed for
+        its readers (version 6) when they all speak it, else signed (5); `signed`: always 5
+        (presence: every release reads it, and it carries the run key)."""
+        assert self.identity is not None and self.pairs is not None
         frame = frames.Frame(self.node, self.epoch, next(self._seq), time.time_ns() // 1_000_000,
                              items, to, self.link.conn if conn is None else conn, lane)
+        if not signed:
+            readers = [to] if to else [n for n, o in self.presence.items()
+                                       if o and n != self.node and n in self.config.peers]
+            if versions.for_everyone(self.speaks.get(n, versions.LEGACY)
+                                     for n in readers) == versions.SEALED:
+                recipients = []
+                for n in sorted(readers):
+                    pair = self.pairs.sending(n)
+                    if pair is None:  # a run key that did not make a pair key: refused
+                        break
+                    recipients.append((n, *pair))
+                else:
+                    return sealed.encode(frame, topic, recipients, self._sealing)
         return frames.encode(frame, self.identity, topic)
 
     def seal_presence(self, topic: str, online: bool, conn: int) -> bytes:
-        return self._seal(topic, (frames.Item(Kind.NODE, frames.Presence(online)),), conn=conn)
+        assert self.pairs is not None
+        presence = frames.Presence(online, speaks=versions.SPEAKS, run_key=self.pairs.run_public)
+        return self._seal(topic, (frames.Item(Kind.NODE, presence),), conn=conn, signed=True)
+
+    def wire_version(self, node: str) -> int | None:
+        """The version of our frames for `node` alone (versions.py); None: none in common."""
+        return versions.common(self.speaks.get(node, versions.LEGACY))
 
     def role_of(self, key: str) -> str:
         return self.config.role_of(key)
@@ -345,6 +375,7 @@ class Node:
             self.epoch = next_epoch(sd)
         except (OSError, ValueError) as e:
             raise StartupError(f"cannot count up this run's epoch in {sd}: {e}") from None
+        self.pairs = PairKeys(self.node, self.epoch, self.identity.key)
         self._guard = ReplayGuard(self._peer_epochs.load())
 
     async def run(self, ready: Callable[[], None] | None = None) -> None:
@@ -773,9 +804,25 @@ class Node:
             self._reject(topic, f"from {name!r}, a node not listed in [peers]", route.sender)
             return
         sender, key = listed
+        if route.channel is Channel.PRESENCE and self._last_presence.get(sender) == payload:
+            return  # the same retained presence again (a reload resubscribed): no news
+        max_data = max(self.chunk_bytes, 16 << 20)
+        assert self.pairs is not None
+        pairs = self.pairs
         try:
-            frame = frames.decode(route, payload, sender, max(self.chunk_bytes, 16 << 20), key,
-                                  topic)
+            if route.channel is Channel.PRESENCE:  # always signed: it carries the run key
+                frame = frames.decode(route, payload, sender, max_data, key, topic)
+            else:
+                frame = sealed.decode_any(route, payload, sender, max_data, topic, key,
+                                          self.node, self.epoch,
+                                          lambda epoch: pairs.receiving(sender, epoch),
+                                          self._opening)
+        except sealed.NotForUs as e:
+            # Around a restart or a join: the sender restates what matters once it hears our
+            # presence (and we asked every peer to, at connect).
+            self.not_for_us += 1
+            log.debug("%s: %s", topic, e)
+            return
         except FrameError as e:
             self._reject(topic, str(e), route.sender)
             return
@@ -785,6 +832,13 @@ class Node:
         if verdict.reason is not None:
             self._reject(topic, verdict.reason, route.sender)
             return
+        if route.channel is Channel.PRESENCE:
+            if not self._heard_presence(sender, key, frame):
+                self._reject(topic, "unusable run key in presence", route.sender)
+                return
+            self._last_presence[sender] = payload
+        else:
+            self.heard_version[sender] = sealed.version_of(payload)
         if verdict.online is not None:
             self._presence_changed(sender, verdict.online)
         if frame.lane:
@@ -813,6 +867,25 @@ class Node:
                         continue
                     asked.add(seen)
                 self._deliver(sender, frame, item)
+
+    def _heard_presence(self, sender: str, key: Any, frame: frames.Frame) -> bool:
+        """Note the versions and run key a fresh presence announces; False: an unusable key."""
+        p = frame.items[0].payload
+        assert isinstance(p, frames.Presence) and self.pairs is not None
+        if p.retired:
+            self.pairs.forget(sender)
+            return True
+        self.speaks[sender] = versions.spoken(p.speaks)
+        if p.run_key:
+            try:
+                if self.pairs.learn(sender, frame.epoch, key, p.run_key):
+                    # Its last run's body keys die with that run's pair keys.
+                    self._opening.clear()
+            except PairKeyError:
+                self.pairs.forget(sender)
+                self.speaks[sender] = versions.LEGACY  # nothing sealed for it: signed frames
+                return False
+        return True
 
     def _claimed(self, sender: str, item: frames.Item) -> Replica | None:
         """The replica a claim (a position, bytes) is about, made on a writer's word within
@@ -1007,6 +1080,11 @@ class Node:
     def _unlist(self, node: str) -> None:
         """A node removed from [peers]: drop it from presence, every file and the metrics."""
         self.presence.pop(node, None)
+        self.speaks.pop(node, None)
+        self.heard_version.pop(node, None)
+        self._last_presence.pop(node, None)
+        if self.pairs is not None:
+            self.pairs.forget(node)
         self._streams.forget(node)
         self.presence_since.pop(node, None)
         self.telemetry.forget(node)
@@ -1107,7 +1185,10 @@ class Node:
         self._outbox.flush()  # more than a lone beat: the fast pace follows
 
     def _peer_status(self, node: str, online: bool, now: float) -> dict[str, Any]:
-        out: dict[str, Any] = {"online": online, "since": self.presence_since.get(node)}
+        out: dict[str, Any] = {"online": online, "since": self.presence_since.get(node),
+                               "speaks": list(self.speaks.get(node, versions.LEGACY)),
+                               "wire_version": self.wire_version(node),
+                               "heard_version": self.heard_version.get(node)}
         c = self._streams.confirmation(node, now)
         out["confirmed"] = c.confirmed
         if not c.confirmed:
@@ -1202,6 +1283,7 @@ class Node:
             "group_commit": self._window.status(),
             "ready_count": {"yes": ready, "no": len(files) - ready},
             "rejected_frames": self.rejected,
+            "sealed_not_for_us": self.not_for_us,
             "peer_budgets": self.budgets.status(),
             "peer_limits": self._limits_status(),
             "uptime_s": round(time.time() - self.started, 1),

@@ -475,6 +475,10 @@ class Link:
         added = [t for t in wanted if t not in self._subscribed]
         removed = [t for t in self._subscribed if t not in wanted]
         self._subscribed = wanted
+        if added:
+            # Everyone's presence again, first: an added peer's retained presence carries the
+            # run key its sealed positions need (the node drops the others' repeats unread).
+            added = [f"{self._config.mqtt.topic_prefix}/n/+", *added]
         session.unsubscribe(removed)
         try:
             await session.subscribe(added, self._config.mqtt.subscribe_qos)

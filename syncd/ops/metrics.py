@@ -91,8 +91,16 @@ def families(status: Status) -> list[Metric]:
                                  "joined the next commit of a file instead of one of their own")
     joined.add_metric([], commit.get("joined", 0))
     online = GaugeMetricFamily("syncd_peer_online", "1 while a peer is online", labels=["peer"])
+    wire = GaugeMetricFamily("syncd_peer_wire_version", "the wire version of this host's "
+                             "frames for a peer (the highest both speak; 0: none)",
+                             labels=["peer"])
     for peer, p in status["peers"].items():
         online.add_metric([peer], 1 if p["online"] else 0)
+        wire.add_metric([peer], p.get("wire_version") or 0)
+    not_for_us = CounterMetricFamily(
+        "syncd_sealed_not_for_us", "sealed frames this run of ours was not among the "
+        "recipients of (around restarts and joins; not a rejection)")
+    not_for_us.add_metric([], status.get("sealed_not_for_us", 0))
     by_state = GaugeMetricFamily("syncd_files", "replicated files by state", labels=["state"])
     diverged = GaugeMetricFamily("syncd_diverged_files",
                                  "files whose copy differs from a peer's (diverged) or was reset")
@@ -183,7 +191,7 @@ def families(status: Status) -> list[Metric]:
                               labels=["version", "python"])
     build.add_metric([__version__, platform.python_version()], 1)
     return [build, connected, reconnects, info, switches, queued, dropped, rejected, reads,
-            joined, online,
+            joined, online, wire, not_for_us,
             by_state, diverged, unreplicated, size, ready, behind, lag, lag_s, requests,
             stopped, keys, held,
             conflicts, missing, res_files, skipped_paths, unsafe, *counters.values(), *limits,

@@ -192,7 +192,7 @@ GOOD = {"v": frames.VERSION, "from": "a", "epoch": 1, "seq": 1, "ts": 1}
     ("raw", "reason"),
     [
         (b"garbage", "preamble"),
-        (b"sd\x04" + bytes(40), "protocol version 4 frame; this host speaks version 5"),
+        (b"sd\x04" + bytes(40), "protocol version 4 frame; this host speaks versions 5 and 6"),
         (frames.PREAMBLE + b"short", "truncated"),
         (signed(b"\xff\xff\xff\xff{}"), "header length"),
         (signed(head([])), "not an object"),
