@@ -152,25 +152,20 @@ def test_a_throttled_link_delays_but_loses_nothing(
             d.kill()
 
 
-class DurableLog:
-    """The writer's durable size over time, polled from its status: (time the answer came
-    back, size) pairs. A byte in a sample was durable on the writer by that time."""
+class Written:
+    """What the writer had written by when: (time its write(2) returned, the file's size
+    then) pairs, kept by the writing thread. The writer's file, not its syncd's status: a
+    byte the bot wrote counts from that moment, before the writer's syncd has read it."""
 
-    def __init__(self, writer: Daemon) -> None:
-        self.writer = writer
+    def __init__(self) -> None:
         self.samples: list[tuple[float, int]] = [(0.0, 0)]
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._poll, daemon=True)
-        self.thread.start()
 
-    def _poll(self) -> None:
-        while not self.stop.is_set():
-            size = int(str(self.writer.file_status(KEY).get("size", 0)))
-            self.samples.append((time.time(), size))
-            self.stop.wait(0.01)
+    def append(self, path: Path, data: bytes) -> None:
+        append(path, data)
+        self.samples.append((time.time(), path.stat().st_size))
 
-    def durable_by(self, t: float) -> int:
-        """The most the writer is known to have held durable at time t."""
+    def by(self, t: float) -> int:
+        """The most the writer is known to have written by time t."""
         i = bisect.bisect_right(self.samples, (t, float("inf"))) - 1
         return self.samples[i][1]
 
@@ -194,14 +189,15 @@ def test_no_false_ready_under_partitions_with_a_small_broker_queue(tmp_path: Pat
             append(a.path(KEY), json.dumps(start).encode() + b"\n" + ishiki_lines(5))
             wait_equal(content(a.path(KEY)), b)
 
+            written = Written()
+
             def write() -> None:  # ~300 KB/s: the broker's queue overflows during a cut
                 while not stop.is_set():
-                    append(a.path(KEY), ishiki_lines(10))
+                    written.append(a.path(KEY), ishiki_lines(10))
                     stop.wait(0.01)
 
             writer = threading.Thread(target=write, daemon=True)
             writer.start()
-            durable = DurableLog(a)
             yes, false_yes = 0, []
 
             def sample(seconds: float) -> None:
@@ -212,7 +208,7 @@ def test_no_false_ready_under_partitions_with_a_small_broker_queue(tmp_path: Pat
                     f = b.file_status(KEY) if b is not None else {}
                     if f.get("ready") is True:
                         yes += 1
-                        need = durable.durable_by(asked - 1.0)
+                        need = written.by(asked - 1.0)
                         if int(f["size"]) < need:
                             false_yes.append((asked, int(f["size"]), need))
                     time.sleep(0.02)
@@ -235,7 +231,6 @@ def test_no_false_ready_under_partitions_with_a_small_broker_queue(tmp_path: Pat
                                      f"{len(content(a.path(KEY)))}, b's "
                                      f"{len(content(b.path(KEY))) if b else 0}; "
                                      f"b peers {b.status()['peers'] if b else None}") from None
-            durable.stop.set()
             print(f"READY yes {yes} times, false yes {len(false_yes)}; the writer's "
                   f"restatements: {a.status()['restatements']}")
             assert false_yes == [], f"{len(false_yes)} false yes of {yes}: {false_yes[:5]}"
