@@ -81,7 +81,7 @@ from syncd.core.machine import (
     Tuning,
 )
 from syncd.core.reconcile import PeerState
-from syncd.core.records import FileRecord, Stat
+from syncd.core.records import Appending, FileRecord, Stat
 from tests.support import zstd
 
 BLOCK_SIM = 64
@@ -145,8 +145,11 @@ class SimHost:
     look_pending: bool = False
     stored: Stored | None = None  # the record as written (survives a crash of the process)
     stored_durable: Stored | None = None  # what survives a power loss
-    noted: tuple[str, int, int] | None = None  # the `.appending` note (survives a crash)
-    noted_durable: tuple[str, int, int] | None = None  # what survives a power loss
+    noted: Appending | None = None  # the `.appending` note (survives a crash)
+    noted_durable: Appending | None = None  # what survives a power loss
+    # The file the log's directory names durably (a power loss brings that one back): set
+    # by syncd's syncs (the shell fsyncs the directory at the first sync of each inode).
+    entry: SimFile | None = None
     fail_reads: int = 0  # the next reads fail (EMFILE)
     fail_appends: int = 0  # the next appends fail (ENOSPC)
     look_failing: bool = False
@@ -300,19 +303,21 @@ class SimHost:
                 case Sync():
                     if self.file is not None:
                         self.file.synced = bytes(self.file.data)
+                        if w.sync_new_entries:
+                            self.entry = self.file
                     self.handle(Synced())
                 case Persist():
                     chain = e.chain if e.chain is not None else (
                         self.stored.chain if self.stored else [])
                     self.stored = Stored(e.record, list(chain))
-                    if e.durable:
+                    if e.durable and w.sync_record_dirs:  # else the rename is not durable
                         self.stored_durable = self.stored
                 case Rehash():
                     self.handle(Rehashed(e.purpose, self.rehash(e), e.why))
                 case Archive():
                     f = self.file
                     self.archives.append(bytes(f.data) if f else b"")
-                    self.file = None
+                    self.file = self.entry = None  # moved away, its directories synced
                     self.torn = None  # the operator stopped this host's bot before adopting
                     self.tampered = True  # its history is replaced by another
                     self.handle(Archived(f"archive/{len(self.archives)}"))
@@ -330,7 +335,7 @@ class SimHost:
                     self.handle(self.loaded())
                 case NoteAppending():
                     self.noted = e.appending
-                    if e.durable:
+                    if e.durable and w.sync_notes:
                         self.noted_durable = e.appending
                 case AdoptDone():
                     w.check_adopted(self, e)
@@ -412,6 +417,13 @@ class SimHost:
 
 
 class World:
+    # Issue #23 cases 9 and 10, each a switch for the tests that show the simulator catches
+    # its absence: the `.appending` note synced before the append; a durable record's
+    # rename made durable (its directory fsynced); the log's directory entry synced with it.
+    sync_notes = True
+    sync_record_dirs = True
+    sync_new_entries = True
+
     def __init__(self, seed: int, hosts: int, steps: int, faults: bool = True,
                  records: str = recordkinds.LINES) -> None:
         self.seed = seed
@@ -760,18 +772,10 @@ class World:
         h.tampered = True  # its history restarts from the file as it is (torn pieces out)
 
     def _crash(self, h: SimHost, power: bool) -> None:
+        if power:
+            self._power_cut(h)  # also while syncd is down: its unsynced state is lost too
         if not h.alive:
             return
-        if power and h.file is not None:
-            if h.announced and not h.tampered:
-                size, digest = h.announced
-                if len(h.file.synced) < size or digest_of(h.file.synced[:size]) != digest:
-                    raise Violation(f"{h.name} announced {size} bytes that a power loss "
-                                    "did not leave on its disk")
-            h.file.data = bytearray(h.file.synced)
-            del h.file.origin[len(h.file.data):]
-            h.stored = h.stored_durable
-            h.noted = h.noted_durable
         h.alive = False
         h.crash_in = 0
         h.machine = None
@@ -779,6 +783,35 @@ class World:
         h.torn = None
         self.disconnect(h)
         self.at(self.now + self.rng.uniform(0.05, 2.0), h.start)
+
+    def _power_cut(self, h: SimHost) -> None:
+        """What a power loss leaves: the file the directory durably names (an unsynced new
+        entry or rename is lost), its synced bytes and maybe some pages past them (the
+        kernel writes dirty pages back in its own time: a page-cut tail), the records and
+        the note as last made durable."""
+        f = h.entry
+        if h.announced and not h.tampered:
+            size, digest = h.announced
+            if size and (f is None or len(f.synced) < size
+                         or digest_of(f.synced[:size]) != digest):
+                raise Violation(f"{h.name} announced {size} bytes that a power loss did not "
+                                "leave on its disk")
+        if f is not None:
+            keep = len(f.synced)
+            if self.rng.random() < 0.5 and len(f.data) > keep:
+                cuts = [*range(keep - keep % PAGE_SIM + PAGE_SIM, len(f.data), PAGE_SIM),
+                        len(f.data)]
+                keep = self.rng.choice(cuts)
+            f.data = bytearray(f.synced + bytes(f.data[len(f.synced): keep]))
+            del f.origin[len(f.data):]
+            f.synced = bytes(f.data)  # what is on the disk now
+            self.log(f"  {h.name} power cut: {len(f.data)} bytes left")
+        if f is not h.file:
+            h.tampered = h.tampered or h.file is not None  # the name's old file is back
+        h.file = f
+        h.torn = None  # the writer's half line: gone with its process
+        h.stored = h.stored_durable
+        h.noted = h.noted_durable
 
     def fault_broker_restart(self, h: SimHost) -> None:
         self.broker_up = False

@@ -57,7 +57,7 @@ from syncd.core.machine import (
     Tuning,
 )
 from syncd.core.reconcile import PeerState
-from syncd.core.records import FileRecord, Stat
+from syncd.core.records import Appending, FileRecord, Stat
 from tests.support.memfile import MemFile
 
 File = MemFile  # an in-memory file, read the way the shell reads the real one
@@ -425,7 +425,7 @@ class Disk:
     def __init__(self) -> None:
         self.record: FileRecord | None = None
         self.chain: list[bytes] = []
-        self.noted: tuple[str, int, int] | None = None  # the `.appending` note
+        self.noted: Appending | None = None  # the `.appending` note
 
 
 def shell(m: Machine, f: File, event: Event, disk: Disk,
@@ -547,7 +547,8 @@ def test_a_first_catch_up_cut_short_before_any_record_keeps_the_peers_bytes() ->
     disk = Disk()
     with pytest.raises(Killed):
         shell(m, f, piece(0, LINES, LINES), disk, die_at=2 * PAGE)
-    assert disk.record is None and disk.noted == ("b", 0, len(LINES))
+    assert disk.record is None and disk.noted is not None
+    assert disk.noted[:4] == ("b", 0, 0, len(LINES))
     m = Machine("a", "k", "events.jsonl", "symmetric", Tuning(), online={"b": True})
     out = shell(m, f, Loaded(None, [], appending=disk.noted), disk)
     assert any(isinstance(e, NoteAppending) and e.durable for e in out)
