@@ -8,6 +8,7 @@ each; the end-to-end tests stay the acceptance layer.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 
 import pytest
 
@@ -567,6 +568,46 @@ def test_a_local_torn_line_that_reads_like_the_peers_bytes_is_still_refused() ->
     out = shell(m, f, piece(m.held, theirs, theirs[m.held:]), disk)
     assert m.diverged and bytes(f.data) == theirs[: 3 * PAGE]
     assert not any(isinstance(e, Append) for e in out)
+
+
+def test_the_note_of_a_piece_across_a_page_carries_its_digest_and_is_synced_first() -> None:
+    """Issue #23 case 9: a power loss may keep some pages of an append and drop an unsynced
+    note; those bytes would then read as a local writer's torn line (frozen until adopt). The
+    note is synced before the append, and says which bytes were to be written."""
+    m, f = live(LINE)
+    theirs = LINE + LINES
+    out = feed(m, f, piece(len(LINE), theirs, theirs[len(LINE):]))
+    notes = [e for e in out if isinstance(e, NoteAppending)]
+    assert len(notes) == 1 and notes[0].durable
+    assert notes[0].appending == ("b", len(LINE), len(LINE), len(theirs),
+                                  hashlib.sha256(LINES).hexdigest())
+    kinds = [type(e) for e in out]
+    assert kinds.index(NoteAppending) < kinds.index(Append)
+
+
+def test_a_local_line_where_an_append_of_ours_never_started_is_refused_not_spliced() -> None:
+    """Simulator seed 7027257: killed after noting a piece and before appending it; the local
+    writer (split brain) then starts its own line there, and its first bytes (`{"i`, as every
+    line's) reach the next page boundary and equal the peer's. Fewer than a page of the
+    piece's bytes cannot tell ours from a writer's: refused as a divergence, never spliced
+    (on the old rule they were taken for ours, and the writer's line was cut in two)."""
+    head = b'{"id": "0", "p": "'
+    base = head + b"x" * (PAGE - 3 - len(head) - 3) + b'"}\n'
+    assert len(base) == PAGE - 3
+    m, f = live(base)
+    disk = Disk()
+    disk.record, disk.chain = m._record_now(), list(m.ledger.chain if m.ledger else [])
+    theirs = base + LINES
+    with pytest.raises(Killed):
+        shell(m, f, piece(len(base), theirs, theirs[len(base):]), disk, die_before=Append)
+    assert disk.noted is not None and bytes(f.data) == base
+    f.write(b'{"i')  # the local writer's line, as far as the page boundary
+    m = restart(f, disk)
+    assert m.held == len(base)
+    out = shell(m, f, piece(len(base), theirs, theirs[len(base):]), disk)
+    assert m.diverged and bytes(f.data) == base + b'{"i'
+    assert not any(isinstance(e, Append) for e in out)
+    assert any(isinstance(e, Log) and "too short to tell" in e.message for e in out)
 
 
 def restart_from(m: Machine, f: File, disk: Disk) -> Machine:
