@@ -15,6 +15,7 @@ would otherwise wait for a disk.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -45,7 +46,7 @@ def make_dirs(path: Path, mode: int = 0o777) -> list[Path]:
     p = path
     while not p.is_dir():
         if p.exists() or p.is_symlink():
-            raise NotADirectoryError(20, "not a directory", str(p))
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(p))
         missing.append(p)
         if p.parent == p:
             break
