@@ -271,9 +271,10 @@ class Persist:
 @dataclass(frozen=True, slots=True)
 class NoteAppending:
     """Write down, before the append that follows, which peer's piece is being appended
-    (records.Appending); None: nothing. In place (a pwrite, no rename); `durable`: synced
-    too, before the next effect (the append): a power loss may keep the appended bytes and
-    drop an unsynced note, and bytes past our end without their note are a local writer's."""
+    (records.Appending); None: nothing. In place and not synced: it costs a pwrite, where a
+    record costs a rename that the filesystem may flush, and a sync per frame doubled the lag
+    (a power loss may then drop it: the piece's bytes it kept are refused as a divergence).
+    `durable`: synced too, before the next effect (at a start with bytes past our end)."""
 
     appending: Appending | None
     durable: bool = False

@@ -1134,21 +1134,22 @@ class Machine:
             out.append(self._persist_record(durable=True))
         if d.offset // PAGE != (d.end - 1) // PAGE:
             # A write() that a kill or a power loss may cut short mid-line (an intent vouches
-            # only for the whole piece): say so first, with the piece's digest, and synced
-            # (issue #23 case 9): a power loss may keep some of its pages and drop an unsynced
-            # note, and bytes past our end without one are a local writer's torn line (a
-            # false divergence, frozen until `adopt`). Up to this piece's end only: a wider
-            # range (a fetch's window) would vouch for a local writer's torn line after it
-            # (the simulator found one). From the start of the line it continues, if that
-            # line is unfinished here (a restart counts whole lines only, so bytes of ours
-            # before this piece would sit past our end too), and from the first byte not yet
-            # synced: a power loss may cut any unsynced append, not only this one (seed 3164
-            # of the simulator with power cuts that keep a page-cut tail).
+            # only for the whole piece): say so first, with the piece's digest. Not synced:
+            # an fsync per frame doubled the replication lag (docs/design.md). A power loss
+            # may keep some of the piece's pages and drop the note; bytes past our end without
+            # one are then taken for a local writer's torn line: a false divergence, frozen
+            # until `adopt` (issue #23 case 9, accepted), never a splice. Up to this piece's
+            # end only: a wider range (a fetch's window) would vouch for a local writer's torn
+            # line after it (the simulator found one). From the start of the line it
+            # continues, if that line is unfinished here (a restart counts whole lines only,
+            # so bytes of ours before this piece would sit past our end too), and from the
+            # first byte not yet synced: a power loss may cut any unsynced append, not only
+            # this one (seed 3164 of the simulator with power cuts that keep a page-cut tail).
             start = ledger.open_line_start
             first = min(d.offset if start is None else min(start, d.offset),
                         max(0, ledger.size - self.unsynced))
             self.appending = (peer, first, d.offset, d.end, hashlib.sha256(d.data).hexdigest())
-            out.append(NoteAppending(self.appending, durable=True))
+            out.append(NoteAppending(self.appending))
         out.append(Append(d.offset, d.data, self.inode if st is not None else None, peer))
 
     def _torn_local_line(self, peer: str, local: bytes, ours: bool, now: float, wall: float,

@@ -46,8 +46,9 @@ class Freeze:
 # the start of a line past our end; bytes there from `start` (the start of the unfinished line
 # the piece continues, else `offset`) that are exactly what a peer sends for that offset are
 # ours if the piece's own bytes among them are too many to be a coincidence (a page), or are
-# the whole piece with that digest (machine._cut_short_is_ours). Synced before the append:
-# a power loss may keep the piece's bytes and drop an unsynced note.
+# the whole piece with that digest (machine._cut_short_is_ours). Written before the append,
+# not synced (a sync per frame doubled the lag): a power loss may keep some of the piece's
+# bytes and drop the note; they are then refused as a divergence, never spliced.
 Appending = tuple[str, int, int, int, str]
 
 
@@ -73,8 +74,8 @@ class FileRecord:
     # torn line.
     intent: tuple[str, int, int, str] | None = None
     # The last append that crossed a page boundary (see Appending). Kept apart from the
-    # record, in `<file>.appending` (RecordStore.note_appending), synced before each such
-    # append.
+    # record, in `<file>.appending` (RecordStore.note_appending), written (not synced)
+    # before each such append.
     appending: Appending | None = None
 
 

@@ -434,8 +434,9 @@ class Replica:
                 case Persist():
                     await self._persist(e)
                 case NoteAppending(appending=appending, durable=durable):
-                    # A durable note is synced before the append that follows (off the loop:
-                    # this file's effects wait for it, the other files do not).
+                    # Before an append: a plain pwrite, never synced (one sync per frame
+                    # doubled the lag). Durable only at a start with bytes past our end: off
+                    # the loop, this file's effects wait for it.
                     note = self.host.records.note_appending
                     try:
                         if durable:

@@ -197,11 +197,13 @@ class RecordStore:
 
     def note_appending(self, key: str, file: str, appending: Appending | None,
                        durable: bool = False) -> None:
-        """Write `appending` in place: a pwrite, synced if `durable` (before an append that
-        crosses a page boundary, and at a start with bytes past our end: a power loss may
-        keep the piece's bytes and drop an unsynced note). Padded to a fixed length, so that
-        a shorter note never leaves a longer one's end behind. The note file's entry (and a
-        key folder made for it) is made durable when the file is created: once per file."""
+        """Write `appending` in place: a pwrite, synced only if `durable`. Before an append it
+        must outlive a kill of this process; it is not synced then (a sync per frame doubled
+        the lag: a power loss may drop it, and the piece's bytes it kept are then refused as
+        a divergence). At a start after a crash, when such bytes may sit past our end and
+        will be synced, the machine asks for it durable: the file and its folder synced.
+        Padded to a fixed length, so that a shorter note never leaves a longer one's end
+        behind."""
         path = self.folder(key) / f"{file}.appending"
         data = orjson.dumps(list(appending) if appending else None).ljust(NOTE_SIZE)
         flags = os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW
@@ -210,21 +212,16 @@ class RecordStore:
         except FileNotFoundError:  # the key's first note, maybe before its first record
             if appending is None:
                 return  # nothing to clear
-            durable_mod.make_dirs(path.parent)
+            durable_mod.make_dirs(path.parent)  # a new key's folder: rare, made durable
             fd = os.open(path, flags | os.O_CREAT, 0o600)
-            try:
-                os.pwrite(fd, data, 0)
-                os.fdatasync(fd)
-            finally:
-                os.close(fd)
-            durable_mod.sync_dir(path.parent)
-            return
         try:
             os.pwrite(fd, data, 0)
             if durable:
                 os.fdatasync(fd)
         finally:
             os.close(fd)
+        if durable:  # the note file's entry too (it was created without a sync)
+            durable_mod.sync_dir(path.parent)
 
     def load_appending(self, key: str, file: str) -> Appending | None:
         try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from syncd.core import machine as machine_mod
 from tests.sim.world import Violation, World, run_seed
 
 QUICK_SEEDS = 2000
@@ -181,9 +182,24 @@ def test_the_simulator_sees_records_whose_rename_is_not_durable(
     _caught(monkeypatch, "sync_record_dirs", range(340, 400), "(a false divergence)")
 
 
-def test_the_simulator_sees_an_unsynced_note(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue #23 case 9: a power cut keeps some pages of a peer's piece and drops the
-    `.appending` note that was not synced: the piece's bytes past our end are then taken for
-    a local torn line (a false divergence, frozen until adopt). A seed known to show it (one
-    in about 1500)."""
-    _caught(monkeypatch, "sync_notes", range(1450, 1460), "(a false divergence)")
+def test_a_note_a_power_cut_dropped_freezes_the_copy_never_splices(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue #23 case 9, as accepted: the `.appending` note is not synced per frame (it
+    doubled the lag). A power cut keeps some pages of a peer's piece and drops its note
+    (seed 1453): the bytes are refused as a local torn line, a false divergence the simulator
+    allows there only (counted); with every note surviving (as if synced) the page and digest
+    rules take the bytes back and nothing needs allowing."""
+    assert run_seed(1453).unvouched > 0
+    monkeypatch.setattr(World, "sync_notes", True)
+    assert run_seed(1453).unvouched == 0
+
+
+def test_the_simulator_finds_the_splice_without_the_page_rule(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the page and digest rules (a cut-off piece taken back on any bytes that equal
+    the peer's, as before issue #23 case 9), seed 7027257 splices a writer's line into a
+    peer's history, and the simulator says so."""
+    monkeypatch.setattr(machine_mod, "_cut_short_is_ours", lambda *_: True)
+    monkeypatch.setattr(World, "cut_while_down", False)
+    with pytest.raises(Violation, match="a line nobody wrote"):
+        run_seed(7027257)
