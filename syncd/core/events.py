@@ -13,7 +13,7 @@ from typing import Any
 from syncd.core import frames
 from syncd.core.frames import Announce, Data, Kind, Probe, Probed, Refuse, Request
 from syncd.core.ledger import Ledger
-from syncd.core.records import FileRecord, Stat
+from syncd.core.records import Appending, FileRecord, Stat
 
 # --- what the shell reads for an event --------------------------------------------------------
 
@@ -58,7 +58,7 @@ class Loaded:
     problem: str | None = None  # the record was unreadable (it is then ignored)
     # Without a record: the `.appending` note (FileRecord.appending), e.g. of a first catch-up
     # killed before its first record.
-    appending: tuple[str, int, int] | None = None
+    appending: Appending | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,12 +270,14 @@ class Persist:
 
 @dataclass(frozen=True, slots=True)
 class NoteAppending:
-    """Write down, before the append that follows, which peer's bytes [start, end) are being
-    appended (FileRecord.appending); None: nothing. In place and not synced: it costs a
-    pwrite, where a record costs a rename that the filesystem may flush."""
+    """Write down, before the append that follows, which peer's piece is being appended
+    (records.Appending); None: nothing. In place and not synced: it costs a pwrite, where a
+    record costs a rename that the filesystem may flush, and a sync per frame doubled the lag
+    (a power loss may then drop it: the piece's bytes it kept are refused as a divergence).
+    `durable`: synced too, before the next effect (at a start with bytes past our end)."""
 
-    appending: tuple[str, int, int] | None
-    durable: bool = False  # synced too: it may be needed after a power loss (at start-up)
+    appending: Appending | None
+    durable: bool = False
 
 
 @dataclass(frozen=True, slots=True)

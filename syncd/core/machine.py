@@ -131,7 +131,7 @@ from syncd.core.reconcile import (
     judge_request,
 )
 from syncd.core.recordkinds import LINES
-from syncd.core.records import FileRecord, Freeze, Stat, line_around
+from syncd.core.records import Appending, FileRecord, Freeze, Stat, line_around
 
 ANNOUNCE_GAP = 0.5  # seconds between two position announcements of one file
 PAUSE_RETRY = 2.0  # seconds before a paused file tries to write again
@@ -271,7 +271,7 @@ class Machine:
         self.diverged: dict[str, Freeze] = {}
         self.note: str | None = None
         self.intent: tuple[str, int, int, str] | None = None
-        self.appending: tuple[str, int, int] | None = None  # see FileRecord.appending
+        self.appending: Appending | None = None  # see records.Appending
         self._intent_check: tuple[int, bytes] | None = None  # (end, digest) during LOADING
         self.paused: Trouble | None = None
         self.failing: Trouble | None = None
@@ -1106,7 +1106,8 @@ class Machine:
                     local = got[ledger.size - ledger.recheck_start():]
                     assert st is not None
                     ours = _maybe_cut_short(self.appending, ledger.size, st.size)
-                    if ours and local and d.data.startswith(local):
+                    if (ours and local and d.data.startswith(local)
+                            and _cut_short_is_ours(self.appending, ledger.size, local, d)):
                         self._take_cut_short(ev, local, st, now, wall, out)
                     else:
                         self._torn_local_line(peer, local, ours, now, wall, out)
@@ -1132,14 +1133,22 @@ class Machine:
             self.intent = (peer, d.offset, d.end, ledger.digest_with(d.data).hex())
             out.append(self._persist_record(durable=True))
         if d.offset // PAGE != (d.end - 1) // PAGE:
-            # A write() that a kill may cut short mid-line (an intent vouches only for the
-            # whole piece): say so first. This piece only: a wider range (a fetch's window)
-            # would vouch for a local writer's torn line after it (the simulator found one).
-            # From the start of the line it continues, if that line is unfinished here: a
-            # restart counts whole lines only, so bytes of ours before this piece (an append
-            # cut short that we took back, say) would sit past our end too.
+            # A write() that a kill or a power loss may cut short mid-line (an intent vouches
+            # only for the whole piece): say so first, with the piece's digest. Not synced:
+            # an fsync per frame doubled the replication lag (docs/design.md). A power loss
+            # may keep some of the piece's pages and drop the note; bytes past our end without
+            # one are then taken for a local writer's torn line: a false divergence, frozen
+            # until `adopt` (issue #23 case 9, accepted), never a splice. Up to this piece's
+            # end only: a wider range (a fetch's window) would vouch for a local writer's torn
+            # line after it (the simulator found one). From the start of the line it
+            # continues, if that line is unfinished here (a restart counts whole lines only,
+            # so bytes of ours before this piece would sit past our end too), and from the
+            # first byte not yet synced: a power loss may cut any unsynced append, not only
+            # this one (seed 3164 of the simulator with power cuts that keep a page-cut tail).
             start = ledger.open_line_start
-            self.appending = (peer, d.offset if start is None else min(start, d.offset), d.end)
+            first = min(d.offset if start is None else min(start, d.offset),
+                        max(0, ledger.size - self.unsynced))
+            self.appending = (peer, first, d.offset, d.end, hashlib.sha256(d.data).hexdigest())
             out.append(NoteAppending(self.appending))
         out.append(Append(d.offset, d.data, self.inode if st is not None else None, peer))
 
@@ -1155,8 +1164,10 @@ class Machine:
         if local:
             self.refusals[peer] = Refuse(at + len(local), ledger.digest_with(local))
             out.append(Send(Kind.REFUSE, self.refusals[peer], to=peer))
-        what = ("the start of a line an append of ours cut short left" if ours
-                else "unfinished local line")
+        # `ours`: inside the range of an append of ours that a kill or a power loss may have
+        # cut short, but too few of the piece's bytes to tell from a local writer's line.
+        what = ("the start of a line an append of ours cut short may have left (or a local "
+                "writer's: too short to tell)" if ours else "unfinished local line")
         self._diverge(peer, at, f"{what} past offset {at} ({len(local)} bytes), while {peer} "
                       "sent other bytes for that offset", now, wall, out)
 
@@ -1859,13 +1870,37 @@ class Machine:
 PAGE = 4096
 
 
-def _maybe_cut_short(appending: tuple[str, int, int] | None, end: int, file_size: int) -> bool:
+def _maybe_cut_short(appending: Appending | None, end: int, file_size: int) -> bool:
     """Whether the bytes past our `end` may be what an append of ours cut short left: inside
     the range we were appending (`appending`), and ending on a page boundary. They are ours
-    if they are also byte for byte what a peer sends there: a local writer's torn line would
-    have to be all three."""
-    return (appending is not None and appending[1] <= end and file_size <= appending[2]
+    only if they are also byte for byte what a peer sends there, and _cut_short_is_ours."""
+    return (appending is not None and appending[1] <= end < file_size <= appending[3]
             and file_size % PAGE == 0)
+
+
+def _cut_short_is_ours(appending: Appending | None, end: int, local: bytes, d: Data) -> bool:
+    """Bytes `local` past our `end`, equal to the start of the peer's `d` and inside the noted
+    range (_maybe_cut_short): ours, or a local writer's that happen to be equal? A process
+    killed before its append leaves the note and no byte; the local writer may then start a
+    line there, and every line of a log starts alike (simulator seed 7027257: 3 bytes,
+    `{"i`, spliced a writer's line into a peer's history). So: the whole piece, with the
+    digest noted, or at least a page of the piece's own bytes (no writer's line equals a
+    peer's for that long); and where the peer's bytes cover the noted piece, they must be
+    the noted ones (the history we were appending). Anything else is refused as a
+    divergence, never spliced."""
+    if appending is None:
+        return False
+    _, _, offset, stop, digest = appending
+    if d.offset <= offset and d.end >= stop and hashlib.sha256(
+            d.data[offset - d.offset: stop - d.offset]).hexdigest() != digest:
+        return False
+    size = end + len(local)
+    if size == stop and offset >= end and hashlib.sha256(
+            local[offset - end:]).hexdigest() == digest:
+        return True
+    # The piece's bytes in the file: [offset, size), all equal to the peer's (those below
+    # `end` by the digest the peer's base matched, the others byte for byte).
+    return size - (offset if size > offset else end) >= PAGE
 
 
 def _first_read(snap: Snapshot) -> bytes:

@@ -41,6 +41,17 @@ class Freeze:
         return asdict(self)
 
 
+# The `.appending` note: (peer, start, offset, end, hex SHA-256 of the piece). A kill or a
+# power loss can cut the write() of a piece [offset, end) short on a page boundary, leaving
+# the start of a line past our end; bytes there from `start` (the start of the unfinished line
+# the piece continues, else `offset`) that are exactly what a peer sends for that offset are
+# ours if the piece's own bytes among them are too many to be a coincidence (a page), or are
+# the whole piece with that digest (machine._cut_short_is_ours). Written before the append,
+# not synced (a sync per frame doubled the lag): a power loss may keep some of the piece's
+# bytes and drop the note; they are then refused as a divergence, never spliced.
+Appending = tuple[str, int, int, int, str]
+
+
 @dataclass
 class FileRecord:
     """The ledger's position and the file's identity when that position was recorded."""
@@ -62,12 +73,10 @@ class FileRecord:
     # to be that peer's (when the file's prefix still has that digest), not a local writer's
     # torn line.
     intent: tuple[str, int, int, str] | None = None
-    # The last append that crossed a page boundary: (peer, start, end). A kill or a power
-    # loss can cut such a write() short on a page boundary, leaving the start of a line past
-    # our end; bytes there inside [start, end) that are exactly what a peer sends for that
-    # offset are ours (machine._maybe_cut_short). Kept apart from the record, in
-    # `<file>.appending` (RecordStore.note_appending), written before each such append.
-    appending: tuple[str, int, int] | None = None
+    # The last append that crossed a page boundary (see Appending). Kept apart from the
+    # record, in `<file>.appending` (RecordStore.note_appending), written (not synced)
+    # before each such append.
+    appending: Appending | None = None
 
 
 def line_around(buf: bytes, i: int, limit: int = 160) -> str:

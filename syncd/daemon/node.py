@@ -62,7 +62,7 @@ from syncd.daemon.replica import Replica
 from syncd.daemon.resourcehub import RESOURCE_KINDS, ResourceHub
 from syncd.daemon.scrub import scrub_forever
 from syncd.daemon.window import CommitGate
-from syncd.disk import oslimits, tree
+from syncd.disk import durable, oslimits, tree
 from syncd.disk.discovery import Scanner, Skipped, root_problems
 from syncd.disk.epoch import next_epoch
 from syncd.disk.groupsync import GroupSync
@@ -366,7 +366,7 @@ class Node:
             raise StartupError(f"{where} {problem} ({fix} {where} in the config)")
         sd = self.config.state_dir
         try:
-            sd.mkdir(parents=True, exist_ok=True)
+            durable.make_dirs(sd)  # durable in its parent, as every record below it
         except OSError as e:
             raise StartupError(f"state_dir {sd} cannot be created: {e.strerror}") from None
         if not os.access(sd, os.R_OK | os.W_OK | os.X_OK):

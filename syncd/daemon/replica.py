@@ -178,6 +178,7 @@ class Replica:
         # Directories that got an entry from us (the file, its folders) since the last sync:
         # made durable with the file's next sync (groupsync.py).
         self._new_entries: set[Spot] = set()
+        self._entry_synced: tuple[int, int] | None = None  # the inode whose entry we synced
         # Positions and bytes of each peer delivered and not handled yet, and since when:
         # until they are, what the machine knows of that peer is older than what arrived.
         self._unhandled: Counter[str] = Counter()
@@ -209,7 +210,7 @@ class Replica:
         if m.mode is not Mode.LOADING and not m.unsynced:
             m.record_dirty = True
             with contextlib.suppress(OSError):
-                self._persist(m._persist_record(durable=True))
+                await self._persist(m._persist_record(durable=True))
         await self.verifier.close()
         for peer, size in self._held.values():
             self.host.holdings.give(peer, size)
@@ -441,11 +442,17 @@ class Replica:
                             self.verifier.restore(self.machine.held)
                     self._follow_log()
                 case Persist():
-                    self._persist(e)
+                    await self._persist(e)
                 case NoteAppending(appending=appending, durable=durable):
+                    # Before an append: a plain pwrite, never synced (one sync per frame
+                    # doubled the lag). Durable only at a start with bytes past our end: off
+                    # the loop, this file's effects wait for it.
+                    note = self.host.records.note_appending
                     try:
-                        self.host.records.note_appending(self.key, self.file, appending,
-                                                         durable)
+                        if durable:
+                            await asyncio.to_thread(note, self.key, self.file, appending, True)
+                        else:
+                            note(self.key, self.file, appending, False)
                     except OSError as err:
                         log.warning("%s: cannot note the append under way: %s", self.name,
                                     err.strerror or err)
@@ -520,12 +527,19 @@ class Replica:
         inline = small and self.host.busy <= 1
         if inline:
             self.host.flush()
-        dirs = tuple(self._new_entries)
+        # The file's own entry too, once per inode: bytes announced as durable must not
+        # vanish with a name a power loss takes back (the writer created the file, or renamed
+        # a new one in, and may never have synced its directory).
+        inode = self.machine.inode
+        entry = () if inode is None or inode == self._entry_synced else (self.spot.parent,)
+        dirs = tuple(self._new_entries | set(entry))
         try:
-            await self.host.syncer.sync(self.spot, dirs, inline=inline)
+            await self.host.syncer.sync(self.spot, dirs, inline=inline and not entry)
         except OSError as err:
             return SyncFailed(err.strerror or str(err))
         self._new_entries.difference_update(dirs)
+        if entry:
+            self._entry_synced = inode
         return SYNCED
 
     async def _rehash(self, e: Rehash) -> None:
@@ -558,7 +572,7 @@ class Replica:
         if isinstance(err, store.NotRegularFile):
             self.host.note_unsafe(printable(err.where), err.kind, err.strerror or str(err))
 
-    def _persist(self, e: Persist) -> None:
+    async def _persist(self, e: Persist) -> None:
         records = self.host.records
         if e.rebuilt:
             records.forget_chain(self.key, self.file)
@@ -571,7 +585,11 @@ class Replica:
             records.save_later(self.key, self.file, e.record, chain)
             return
         try:
-            records.save(self.key, self.file, e.record, chain, durable=e.durable)
+            if e.durable:  # fsyncs (file, rename, folder): off the loop, waited for here
+                await asyncio.to_thread(records.save, self.key, self.file, e.record, chain,
+                                        True)
+            else:
+                records.save(self.key, self.file, e.record, chain, durable=False)
         except OSError as err:
             log.error("%s: cannot record the position in %s: %s", self.name, records.root, err)
 

@@ -68,6 +68,7 @@ from syncd.core.resources import (
     Write,
 )
 from syncd.core.spot import Spot
+from syncd.disk import durable as durable_mod
 from syncd.disk import store, tree
 from syncd.disk.tree import NotRegularFile, Problem
 
@@ -526,8 +527,10 @@ class ResourceFiles:
 
     def _put_group(self, group: list[Install], checked: dict[str, Same], intents: bytes,
                    idents: dict[str, Ident]) -> list[Ident | Exception]:
-        # The intents are on disk before any rename (see _recover).
-        _write_atomic(self.intents_file, intents)
+        # The intents are durable before any rename (see _recover): the group's directory
+        # fsync below makes the renames durable, and a power loss must not keep a rename
+        # whose intent it took back.
+        _write_atomic(self.intents_file, intents, durable=True)
         out: list[Ident | Exception] = []
         folders: dict[str, list[int]] = {}  # directory below resources/ -> its installs
         for i, e in enumerate(group):
@@ -706,11 +709,8 @@ def _entries_json(entries: Iterable[ResEntry]) -> bytes:
     return orjson.dumps([[e.name, e.size, e.digest.hex(), e.stamp, e.origin] for e in entries])
 
 
-def _write_atomic(path: Path, blob: bytes) -> None:
-    # No fsync: a record lost to a power cut costs a rehash (and a sidecar version number
-    # taken from its mtime), never a wrong file.
-    tmp = path.with_name(path.name + ".tmp")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp.write_bytes(blob)
-    tmp.replace(path)
+def _write_atomic(path: Path, blob: bytes, durable: bool = False) -> None:
+    # The manifest is not fsynced: a record lost to a power cut costs a rehash (and a
+    # sidecar version number taken from its mtime), never a wrong file. Intents are.
+    durable_mod.replace_file(path, blob, 0o666, durable=durable)
 

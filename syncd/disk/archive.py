@@ -32,7 +32,7 @@ import orjson
 
 from syncd.core import statepath
 from syncd.core.spot import Spot
-from syncd.disk import store, tree
+from syncd.disk import durable, store, tree
 
 
 class ArchiveChanged(store.NotRegularFile):
@@ -67,7 +67,7 @@ def _archive(state_dir: Path, node: str, key: str, file: str, spot: Spot, folder
              src: int | None, manifest: dict[str, Any]) -> Path:
     path = spot.path
     folder = statepath.key_dir(state_dir / "archive", key)
-    folder.mkdir(parents=True, exist_ok=True)
+    durable.make_dirs(folder)  # a new archive folder is durable in its parent
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     for n in range(1000):
         dest = folder / (f"{stamp}-{file}" + (f".{n}" if n else ""))

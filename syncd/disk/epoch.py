@@ -9,9 +9,10 @@ fast once cannot make it go backwards later, since the stored value is always co
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
+
+from syncd.disk import durable
 
 FILE_NAME = "epoch"
 
@@ -26,17 +27,5 @@ def next_epoch(state_dir: Path, now: float | None = None) -> int:
         raise ValueError(f"{path} does not hold a number; remove it to start a new count") \
             from None
     epoch = max(last + 1, int(time.time() if now is None else now))
-    tmp = path.with_name(FILE_NAME + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    try:
-        os.write(fd, f"{epoch}\n".encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dfd = os.open(state_dir, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    durable.replace_file(path, f"{epoch}\n".encode())  # file, rename, then its directory
     return epoch

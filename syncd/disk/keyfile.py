@@ -12,6 +12,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from syncd.core.identity import Identity, IdentityError
+from syncd.disk import durable
 
 
 def load_identity(path: Path) -> Identity:
@@ -52,13 +53,7 @@ def create_identity(path: Path) -> Identity:
     key = Ed25519PrivateKey.generate()
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                             serialization.NoEncryption())
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        os.write(fd, pem)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    durable.create_file(path, pem, 0o600)  # its bytes, then its directory's entry
     return Identity(key)
 
 

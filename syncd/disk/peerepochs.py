@@ -10,10 +10,11 @@ client holding a peer's broker login can replace that with the peer's old, authe
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
 import orjson
+
+from syncd.disk import durable
 
 log = logging.getLogger("syncd.epochs")
 
@@ -46,17 +47,5 @@ class PeerEpochs:
         """Write `epochs` durably, if they differ from what was saved last."""
         if epochs == self._saved:
             return
-        tmp = self.path.with_name(FILE_NAME + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-        try:
-            os.write(fd, orjson.dumps(epochs, option=orjson.OPT_SORT_KEYS))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        dfd = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        durable.replace_file(self.path, orjson.dumps(epochs, option=orjson.OPT_SORT_KEYS))
         self._saved = dict(epochs)

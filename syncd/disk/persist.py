@@ -17,8 +17,10 @@ ctime cannot be set from user space), and otherwise rehashes the file before rep
 Routine position records (not fsync'ed) are written by one worker thread (`save_later`): on the
 event loop, a thousand busy files' temp-file-and-rename every few seconds each waited on the
 filesystem's journal while frames queued (31 % of a standby's samples at 1000 busy keys).
-Durable saves (freezes, intents) stay synchronous; every save of a file carries an order
-number, so an older record queued for the worker never lands after a newer one.
+Durable saves (freezes, intents) are made durable for real: chain fdatasync'ed, record
+fsynced, renamed, and the folder fsynced (disk/durable.py); the daemon runs them on a thread
+and waits for them before its next effect. Every save of a file carries an order number, so
+an older record queued for the worker never lands after a newer one.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ import orjson
 
 from syncd.core import statepath
 from syncd.core.ledger import DIGEST_SIZE
-from syncd.core.records import FileRecord, Freeze
+from syncd.core.records import Appending, FileRecord, Freeze
+from syncd.disk import durable as durable_mod
 
 log = logging.getLogger("syncd.persist")
 
@@ -166,7 +169,7 @@ class RecordStore:
             return  # a newer record of this file is written already
         self._done[(key, file)] = order
         meta_path, chain_path = self._paths(key, file)
-        meta_path.parent.mkdir(parents=True, exist_ok=True)
+        durable_mod.make_dirs(meta_path.parent)  # a new key's folder: durable in files/
         written = self._chain_written.get((key, file), 0)
         if written > count or not chain_path.exists():
             written = 0
@@ -192,29 +195,35 @@ class RecordStore:
         }
         _atomic_write(meta_path, orjson.dumps(meta, option=orjson.OPT_INDENT_2), durable)
 
-    def note_appending(self, key: str, file: str, appending: tuple[str, int, int] | None,
+    def note_appending(self, key: str, file: str, appending: Appending | None,
                        durable: bool = False) -> None:
         """Write `appending` in place: a pwrite, synced only if `durable`. Before an append it
-        must outlive a kill of this process (a power loss drops the unsynced bytes it is
-        about too); at a start after a crash, when such bytes may sit past our end and will be
-        synced, the machine asks for it durable. Padded to a fixed length, so that a shorter
-        note never leaves a longer one's end behind."""
+        must outlive a kill of this process; it is not synced then (a sync per frame doubled
+        the lag: a power loss may drop it, and the piece's bytes it kept are then refused as
+        a divergence). At a start after a crash, when such bytes may sit past our end and
+        will be synced, the machine asks for it durable: the file and its folder synced.
+        Padded to a fixed length, so that a shorter note never leaves a longer one's end
+        behind."""
         path = self.folder(key) / f"{file}.appending"
         data = orjson.dumps(list(appending) if appending else None).ljust(NOTE_SIZE)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+        flags = os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW
         try:
-            fd = os.open(path, flags, 0o600)
-        except FileNotFoundError:  # the key's first note, before its first record
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, flags, 0o600)
+            fd = os.open(path, flags)
+        except FileNotFoundError:  # the key's first note, maybe before its first record
+            if appending is None:
+                return  # nothing to clear
+            durable_mod.make_dirs(path.parent)  # a new key's folder: rare, made durable
+            fd = os.open(path, flags | os.O_CREAT, 0o600)
         try:
             os.pwrite(fd, data, 0)
             if durable:
                 os.fdatasync(fd)
         finally:
             os.close(fd)
+        if durable:  # the note file's entry too (it was created without a sync)
+            durable_mod.sync_dir(path.parent)
 
-    def load_appending(self, key: str, file: str) -> tuple[str, int, int] | None:
+    def load_appending(self, key: str, file: str) -> Appending | None:
         try:
             raw = (self.folder(key) / f"{file}.appending").read_bytes()
             return _appending(orjson.loads(raw))
@@ -230,10 +239,12 @@ class RecordStore:
             self._done[(key, file)] = order
 
 
-def _appending(value: Any) -> tuple[str, int, int] | None:
-    if (isinstance(value, list) and len(value) == 3 and isinstance(value[0], str)
-            and all(isinstance(v, int) for v in value[1:])):
-        return (value[0], value[1], value[2])
+def _appending(value: Any) -> Appending | None:
+    """A note as written; None for anything else (a note of an older syncd, without the
+    piece's offset and digest: bytes past our end are then judged without it)."""
+    if (isinstance(value, list) and len(value) == 5 and isinstance(value[0], str)
+            and all(type(v) is int for v in value[1:4]) and isinstance(value[4], str)):
+        return (value[0], value[1], value[2], value[3], value[4])
     return None
 
 
@@ -245,10 +256,5 @@ def _intent(value: Any) -> tuple[str, int, int, str] | None:
 
 
 def _atomic_write(path: Path, data: bytes, durable: bool = True) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("wb") as f:
-        f.write(data)
-        f.flush()
-        if durable:
-            os.fsync(f.fileno())
-    tmp.replace(path)
+    # Durable: the temp file fsynced, renamed, and the directory fsynced (disk/durable.py).
+    durable_mod.replace_file(path, data, 0o666, durable=durable)

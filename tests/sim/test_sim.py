@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from syncd.core import machine as machine_mod
 from tests.sim.world import Violation, World, run_seed
 
 QUICK_SEEDS = 2000
@@ -140,3 +141,65 @@ def test_the_resource_simulator_sees_files_announced_before_they_are_durable(
                 caught = str(v)
                 break
     assert caught is not None
+
+
+def test_seed_7027257_never_splices_a_writers_line_into_a_peers_history(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue #23 case 9: a host killed after noting a piece and before appending it; its
+    writer started a line there while syncd was down, and the line's first 3 bytes (`{"i`,
+    as every line's) equal the peer's. They were taken for a piece of ours cut short, and the
+    writer's line ended up cut in two ("a line nobody wrote"). Replayed as it was found: a
+    power cut while syncd is down was no fault yet then."""
+    monkeypatch.setattr(World, "cut_while_down", False)
+    run_seed(7027257)
+
+
+def _caught(monkeypatch: pytest.MonkeyPatch, switch: str, seeds: range, words: str) -> str:
+    """The first violation containing `words` over `seeds`, with World.`switch` off."""
+    monkeypatch.setattr(World, switch, False)
+    for seed in seeds:
+        try:
+            run_seed(seed)
+        except Violation as v:
+            if words in str(v):
+                return str(v)
+    raise AssertionError(f"no seed of {seeds} shows a missing {switch}")
+
+
+def test_the_simulator_sees_an_entry_announced_before_its_directory_is_synced(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue #23 case 10: bytes announced as durable vanish at a power cut with a file whose
+    directory entry was never synced (the writer created it and never synced its folder)."""
+    _caught(monkeypatch, "sync_new_entries", range(0, 50), "that a power loss did not leave")
+
+
+def test_the_simulator_sees_records_whose_rename_is_not_durable(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue #23 case 10: an intent written by a rename that is not durable (its directory not
+    fsynced) is lost at a power cut, and the peer's piece it vouched for is then taken for a
+    local torn line (a false divergence). Seeds known to show it (the search from 0 takes
+    minutes)."""
+    _caught(monkeypatch, "sync_record_dirs", range(340, 400), "(a false divergence)")
+
+
+def test_a_note_a_power_cut_dropped_freezes_the_copy_never_splices(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue #23 case 9, as accepted: the `.appending` note is not synced per frame (it
+    doubled the lag). A power cut keeps some pages of a peer's piece and drops its note
+    (seed 1453): the bytes are refused as a local torn line, a false divergence the simulator
+    allows there only (counted); with every note surviving (as if synced) the page and digest
+    rules take the bytes back and nothing needs allowing."""
+    assert run_seed(1453).unvouched > 0
+    monkeypatch.setattr(World, "sync_notes", True)
+    assert run_seed(1453).unvouched == 0
+
+
+def test_the_simulator_finds_the_splice_without_the_page_rule(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the page and digest rules (a cut-off piece taken back on any bytes that equal
+    the peer's, as before issue #23 case 9), seed 7027257 splices a writer's line into a
+    peer's history, and the simulator says so."""
+    monkeypatch.setattr(machine_mod, "_cut_short_is_ours", lambda *_: True)
+    monkeypatch.setattr(World, "cut_while_down", False)
+    with pytest.raises(Violation, match="a line nobody wrote"):
+        run_seed(7027257)

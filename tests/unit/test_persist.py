@@ -76,10 +76,10 @@ def test_a_queued_record_of_a_replaced_history_is_dropped(tmp_path: Path) -> Non
 def test_the_range_being_appended_survives_a_restart(tmp_path: Path) -> None:
     store = RecordStore(tmp_path)
     store.save("k", F, record(10), chain(1), durable=False)
-    store.note_appending("k", F, ("a-long-node-name", 10, 9000))
-    store.note_appending("k", F, ("b", 10, 900))  # shorter: nothing of the first stays
+    store.note_appending("k", F, ("a-long-node-name", 10, 10, 9000, "ab" * 32))
+    store.note_appending("k", F, ("b", 10, 12, 900, "cd" * 32))  # shorter: nothing else stays
     got = RecordStore(tmp_path).load("k", F)
-    assert got is not None and got[0].appending == ("b", 10, 900)
+    assert got is not None and got[0].appending == ("b", 10, 12, 900, "cd" * 32)
     store.note_appending("k", F, None)
     got = RecordStore(tmp_path).load("k", F)
     assert got is not None and got[0].appending is None
