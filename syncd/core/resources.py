@@ -71,6 +71,10 @@ SUM_INTERVAL = 30.0  # seconds between two summaries of an unchanged manifest (a
 # costs one pass per interval, not one pass over every name of every instance per flip.
 PRESENCE_PASS = 10.0
 ENTRIES_PER_ITEM = 2000
+# A transfer whose holder sends nothing is asked again after timeout x 2**misses, at most
+# BACKOFF x timeout: a listed host that announces files and never answers (64 transfers per
+# instance, hundreds of instances) is asked a few times a minute per file, not every 3 s.
+BACKOFF = 16
 # What one manifest entry heard from a peer costs here, in bytes (measured: ~220 besides its
 # name, as a ResEntry in a dict; names count twice, for non-ASCII text): charged to the
 # peer's Holdings while kept.
@@ -368,6 +372,7 @@ class Transfer:
     deadline: float = 0.0
     compare: bool = False  # a conflict: compare with ours, write nothing
     installing: bool = False
+    misses: int = 0  # timeouts in a row without a byte: the next ask waits longer (BACKOFF)
 
 
 @dataclass(frozen=True)
@@ -866,7 +871,7 @@ class ResourceMachine:
 
     def _ask(self, t: Transfer, now: float, out: list[Effect]) -> None:
         t.until = min(self._end(t), t.got + self.window)
-        t.deadline = now + self.timeout
+        t.deadline = now + self.timeout * min(1 << t.misses, BACKOFF)
         out.append(Send(Kind.RREQ, frames.ResAsk(t.entry.name, t.entry.digest, t.got,
                                                  t.until - t.got), t.peer))
 
@@ -876,6 +881,7 @@ class ResourceMachine:
                 or t.installing or c.offset + len(c.data) > self._end(t)):
             return  # a duplicate, a late answer to an abandoned request, or not ours
         t.deadline = now + self.timeout
+        t.misses = 0
         if t.compare:
             out.append(Compare(c.name, c.digest, c.offset, c.data))
             t.got += len(c.data)
@@ -932,7 +938,9 @@ class ResourceMachine:
             holders = [p for p, v in sorted(self.peers.items())
                        if v.online and v.entries.get(name) == t.entry]
             if t.peer not in holders and holders:
-                t.peer = holders[0]
+                t.peer, t.misses = holders[0], 0
+            else:
+                t.misses = min(t.misses + 1, 8)
             self._ask(t, now, out)
         self._consider_waiting(now, out)
 

@@ -8,6 +8,7 @@ from syncd.core import frames
 from syncd.core.budget import Holdings
 from syncd.core.frames import Kind, ResEntry
 from syncd.core.resources import (
+    BACKOFF,
     ENTRY_WIRE,
     PRESENCE_PASS,
     REFUSED_SHOWN,
@@ -385,3 +386,18 @@ def test_a_presence_storm_costs_one_paced_pass_over_the_peers_names() -> None:
         m.handle(PeerPresence("x", i % 2 == 1), 2 + i / 1000)
     assert not sends(m.handle(Tick(), 3), Kind.RSUM)  # within PRESENCE_PASS: no second pass
     assert sends(m.handle(Tick(), 2 + PRESENCE_PASS), Kind.RSUM)  # then one, for all flips
+
+
+def test_a_holder_that_never_answers_is_asked_less_and_less_often() -> None:
+    # x announced a file and sends nothing: asking again every `timeout` (3 s) for each of 64
+    # transfers of each of hundreds of instances was a flood of requests from the victim.
+    m = machine()
+    data = b"0123456789ab"
+    entry = ResEntry(BLOB, len(data), sha(data))
+    asks = sends(have(m, entry), Kind.RREQ)
+    for now in range(2, 300):
+        asks += sends(m.handle(Tick(), now), Kind.RREQ)
+    assert 5 <= len(asks) <= 1 + 300 / (BACKOFF * 3.0) + 5, len(asks)  # doubling up to 48 s
+    m.handle(PeerItem("a", frames.ResChunk(BLOB, sha(data), 12, 0, data[:4])), 300)
+    fx = m.handle(Tick(), 303)  # bytes came: back to the plain timeout
+    assert sends(fx, Kind.RREQ) == [Send(Kind.RREQ, frames.ResAsk(BLOB, sha(data), 4, 8), "a")]
