@@ -65,7 +65,16 @@ MAX_DEPTH = 32
 BIG_TRANSFERS = 1
 MAX_TRANSFERS = 64
 SUM_INTERVAL = 30.0  # seconds between two summaries of an unchanged manifest (a safety net)
+# A peer coming online makes each instance look again at the names that peer holds and send
+# our summary, from the next Tick, and at most once per PRESENCE_PASS per peer: a peer that
+# flips its presence hundreds of times (a new connection counter each time, well signed)
+# costs one pass per interval, not one pass over every name of every instance per flip.
+PRESENCE_PASS = 10.0
 ENTRIES_PER_ITEM = 2000
+# A transfer whose holder sends nothing is asked again after timeout x 2**misses, at most
+# BACKOFF x timeout: a listed host that announces files and never answers (64 transfers per
+# instance, hundreds of instances) is asked a few times a minute per file, not every 3 s.
+BACKOFF = 16
 # What one manifest entry heard from a peer costs here, in bytes (measured: ~220 besides its
 # name, as a ResEntry in a dict; names count twice, for non-ASCII text): charged to the
 # peer's Holdings while kept.
@@ -349,6 +358,8 @@ class PeerView:
     parts: dict[int, tuple[ResEntry, ...]] = field(default_factory=dict)
     parts_of: int = 0  # how many parts that manifest has
     awaiting: bool = False  # we asked for its whole manifest and it has not come whole yet
+    revisit: bool = False  # it came online: its names are looked at again (PRESENCE_PASS)
+    revisited_at: float = -1e18
     held: int = 0  # bytes of entries and parts taken from the peer's Holdings
 
 
@@ -361,6 +372,7 @@ class Transfer:
     deadline: float = 0.0
     compare: bool = False  # a conflict: compare with ours, write nothing
     installing: bool = False
+    misses: int = 0  # timeouts in a row without a byte: the next ask waits longer (BACKOFF)
 
 
 @dataclass(frozen=True)
@@ -531,6 +543,8 @@ class ResourceMachine:
         idle host with many instances costs a check per instance, not a pass over names."""
         if self.transfers or self.waiting or now - self._sum_at >= SUM_INTERVAL:
             return True
+        if any(self._revisit_due(v, now) for v in self.peers.values()):
+            return True
         return any(v.online and v.heard is not None and v.heard not in (self.digest, v.answered)
                    and now - v.asked_at >= self.timeout for v in self.peers.values())
 
@@ -569,10 +583,10 @@ class ResourceMachine:
             case PeerItem(peer, payload):
                 self._peer_item(peer, payload, now, out)
             case PeerPresence(peer, online):
-                self._view(peer).online = online
-                if online:
-                    self._send_sum(now, out)
-                    self._consider_all(now, out)
+                view = self._view(peer)
+                if online and not view.online:
+                    view.revisit = True  # done by Tick, paced (PRESENCE_PASS): no work here
+                view.online = online
             case Connected():
                 self._send_sum(now, out)
             case Tick():
@@ -750,10 +764,20 @@ class ResourceMachine:
                 return
             self._consider(name, now, out)
 
-    def _consider_all(self, now: float, out: list[Effect]) -> None:
-        names = {n for v in self.peers.values() for n in v.entries}
-        for name in sorted(names):
-            self._consider(name, now, out)
+    def _revisit_due(self, view: PeerView, now: float) -> bool:
+        return view.revisit and view.online and now - view.revisited_at >= PRESENCE_PASS
+
+    def _revisit(self, now: float, out: list[Effect]) -> None:
+        """Peers that came online: our summary to everyone once, and another look at the
+        names each holds (only those: the others' offers did not change)."""
+        due = [(p, v) for p, v in sorted(self.peers.items()) if self._revisit_due(v, now)]
+        if not due:
+            return
+        self._send_sum(now, out)
+        for _, view in due:
+            view.revisit, view.revisited_at = False, now
+            for name in sorted(view.entries):
+                self._consider(name, now, out)
 
     def _consider(self, name: str, now: float, out: list[Effect]) -> None:
         """What to do about `name`: fetch, adopt a version, compare, or nothing."""
@@ -847,7 +871,7 @@ class ResourceMachine:
 
     def _ask(self, t: Transfer, now: float, out: list[Effect]) -> None:
         t.until = min(self._end(t), t.got + self.window)
-        t.deadline = now + self.timeout
+        t.deadline = now + self.timeout * min(1 << t.misses, BACKOFF)
         out.append(Send(Kind.RREQ, frames.ResAsk(t.entry.name, t.entry.digest, t.got,
                                                  t.until - t.got), t.peer))
 
@@ -857,6 +881,7 @@ class ResourceMachine:
                 or t.installing or c.offset + len(c.data) > self._end(t)):
             return  # a duplicate, a late answer to an abandoned request, or not ours
         t.deadline = now + self.timeout
+        t.misses = 0
         if t.compare:
             out.append(Compare(c.name, c.digest, c.offset, c.data))
             t.got += len(c.data)
@@ -898,6 +923,7 @@ class ResourceMachine:
             out.append(Discard(name))
 
     def _tick(self, now: float, out: list[Effect]) -> None:
+        self._revisit(now, out)
         if now - self._sum_at >= SUM_INTERVAL:
             self._send_sum(now, out)
             for name in [n for n, at in self.retry_at.items() if at <= now]:
@@ -912,7 +938,9 @@ class ResourceMachine:
             holders = [p for p, v in sorted(self.peers.items())
                        if v.online and v.entries.get(name) == t.entry]
             if t.peer not in holders and holders:
-                t.peer = holders[0]
+                t.peer, t.misses = holders[0], 0
+            else:
+                t.misses = min(t.misses + 1, 8)
             self._ask(t, now, out)
         self._consider_waiting(now, out)
 

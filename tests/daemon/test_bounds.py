@@ -29,8 +29,9 @@ import orjson
 import pytest
 
 from syncd.core import frames
-from syncd.core.frames import Announce, Data, Item, Kind, Probe, ProbeWhat, Request
+from syncd.core.frames import Announce, Data, Item, Kind, Presence, Probe, ProbeWhat, Request
 from syncd.core.ledger import BLOCK, Ledger
+from syncd.core.resources import PRESENCE_PASS
 from tests.support.cluster import Broker, Daemon, free_port, wait_until
 from tests.support.files import KEY, append, content, wait_equal
 from tests.support.hostile import HostilePeer, rss_kib
@@ -103,6 +104,42 @@ def test_a_listed_host_cannot_grow_a_hosts_memory_with_manifests(
     # And replication goes on.
     append(a.path(KEY), ishiki_lines(3))
     wait_equal(content(a.path(KEY)), b)
+
+
+def test_a_presence_storm_costs_one_pass_per_peer_and_interval(
+    broker: Broker, make_daemon: Callable[..., Daemon], x: HostilePeer
+) -> None:
+    """x flips its presence 400 times (well signed, a new connection counter each time).
+    Every online flip made each of b's instances send its summary and reconsider every name
+    at once, on the loop (the hostile long mode: 20 s stalls with ~470 instances). Counted
+    on the broker: b's summaries during the storm stay within one per instance and
+    PRESENCE_PASS (plus the 30 s safety net), not one per instance and flip."""
+    keys = [f"{KEY}-{i}" for i in range(20)]
+    b = make_daemon("b", broker, start=False)
+    for key in keys:
+        append(b.path(key), ishiki_lines(1))
+        put_artifact(b.runtimes / key, "tool", "one.log", key.encode())
+    b.start()
+    wait_until(lambda: sum(r["files"] for r in b.status()["resources"]) >= 2 * len(keys), 60,
+               "b to hash every instance's files")
+    x.client.subscribe(frames.all_topic(x.prefix, "b"), qos=1)  # b's summaries go to all
+    topic = frames.presence_topic(x.prefix, x.node)
+    start, before = time.monotonic(), x.kinds_seen()["rsum"]
+    for conn in range(2, 402):  # ends online
+        f = frames.Frame(x.node, x.epoch, 0, 1, (Item(Kind.NODE, Presence(conn % 2 == 1)),),
+                         conn=conn)
+        x.publish(topic, frames.encode(f, x.identity, topic))
+    x.flush()
+    # b has heard the whole storm once it answers a request sent after it.
+    x.to("b", Item(Kind.REQ, Request(0, EMPTY, 0, 100), keys[0], FILE))
+    x.flush()
+    wait_until(lambda: x.kinds_seen()["fill"] >= 1, 60, "b to answer the last request")
+    wait_until(lambda: x.kinds_seen()["rsum"] - before >= len(keys), 2 * PRESENCE_PASS + 30,
+               "b's summaries for x's coming online")
+    sums = x.kinds_seen()["rsum"] - before
+    passes = (time.monotonic() - start) / PRESENCE_PASS + 1 + 2  # + the 30 s safety net
+    assert sums <= len(keys) * passes, (sums, passes)
+    assert b.proc is not None and b.proc.poll() is None
 
 
 # --- case 3: every request metered -------------------------------------------------------------

@@ -8,7 +8,9 @@ from syncd.core import frames
 from syncd.core.budget import Holdings
 from syncd.core.frames import Kind, ResEntry
 from syncd.core.resources import (
+    BACKOFF,
     ENTRY_WIRE,
+    PRESENCE_PASS,
     REFUSED_SHOWN,
     Compare,
     Compared,
@@ -360,3 +362,42 @@ def test_a_peers_name_deeper_than_max_depth_is_ignored() -> None:
     m = machine()
     fx = have(m, ResEntry("artifacts/" + "d/" * 40 + "f", 1, sha(b"x")))
     assert not sends(fx, Kind.RREQ) and not m.peers["a"].entries
+
+
+def test_a_presence_storm_costs_one_paced_pass_over_the_peers_names() -> None:
+    # A listed host that flips online/offline hundreds of times (each flip well signed, with
+    # a new connection counter) made every instance send a summary and reconsider every name
+    # at each flip, on the event loop (the hostile long mode's 20 s stalls). Now a flip does
+    # nothing at once; the next Tick looks at that peer's names, once per PRESENCE_PASS.
+    m = machine()
+    m.handle(PeerPresence("x", False), 0)
+    names = [f"artifacts/x/{i}" for i in range(200)]
+    have(m, *(ResEntry(n, 4, sha(n.encode()), 0, "") for n in names), peer="x")
+    m.handle(Tick(), 1)
+    flips = []
+    for i in range(501):  # ends online
+        flips += m.handle(PeerPresence("x", i % 2 == 0), 1 + i / 1000)
+    assert flips == []  # no summary, no request, no pass per flip
+    assert m.due(2)
+    first = m.handle(Tick(), 2)
+    assert len(sends(first, Kind.RSUM)) == 1
+    assert len(sends(first, Kind.RREQ)) == 2  # the window's worth of 4-byte files (8 bytes)
+    for i in range(500):  # ends online
+        m.handle(PeerPresence("x", i % 2 == 1), 2 + i / 1000)
+    assert not sends(m.handle(Tick(), 3), Kind.RSUM)  # within PRESENCE_PASS: no second pass
+    assert sends(m.handle(Tick(), 2 + PRESENCE_PASS), Kind.RSUM)  # then one, for all flips
+
+
+def test_a_holder_that_never_answers_is_asked_less_and_less_often() -> None:
+    # x announced a file and sends nothing: asking again every `timeout` (3 s) for each of 64
+    # transfers of each of hundreds of instances was a flood of requests from the victim.
+    m = machine()
+    data = b"0123456789ab"
+    entry = ResEntry(BLOB, len(data), sha(data))
+    asks = sends(have(m, entry), Kind.RREQ)
+    for now in range(2, 300):
+        asks += sends(m.handle(Tick(), now), Kind.RREQ)
+    assert 5 <= len(asks) <= 1 + 300 / (BACKOFF * 3.0) + 5, len(asks)  # doubling up to 48 s
+    m.handle(PeerItem("a", frames.ResChunk(BLOB, sha(data), 12, 0, data[:4])), 300)
+    fx = m.handle(Tick(), 303)  # bytes came: back to the plain timeout
+    assert sends(fx, Kind.RREQ) == [Send(Kind.RREQ, frames.ResAsk(BLOB, sha(data), 4, 8), "a")]
