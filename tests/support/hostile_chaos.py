@@ -54,6 +54,7 @@ from syncd.core.frames import (
     ResSum,
 )
 from syncd.core.ledger import Ledger
+from syncd.ops.control import ControlError, query
 from tests.support.chaos import KEY, Chaos, _content
 from tests.support.cluster import Daemon, wait_until
 from tests.support.hostile import HostilePeer, rss_kib
@@ -521,8 +522,7 @@ class HostileChaos(Chaos):
                 self.hostile.rss[n] = (idle.get(n, 0), sampler.peak.get(n, 0))
                 self.hostile.sent[n] = x.bytes_from(n)
                 self.hostile.answers[n] = x.answers_from(n)
-                got = self.daemons[n].status().get("peer_limits", {}).get("refused", {})
-                self.hostile.refused[n] = got
+                self.hostile.refused[n] = _refused(self.daemons[n])
             self.hostile.exited = self._exited()
             self.hostile.leaks_on_hosts = self._scan_for_secrets()
             self.hostile.leaks_to_x = sum(x.leaks.values())
@@ -605,3 +605,20 @@ def run_hostile(root: Path, frames_total: int, plants: int, seed: int, check_eve
                 log: Callable[[str], None] = print) -> HostileSummary:
     return HostileChaos(root, seed).run_hostile(frames_total, plants, check_every, log)
 
+
+def _refused(d: Daemon) -> dict[str, int]:
+    """What `d` refused at the bounds, read from its status with retries and a long timeout.
+
+    Right after the run the victims are still busy with x's last frames: a status read that
+    does not answer in time must not be printed as "nothing refused". One that never answers
+    is shown as such.
+    """
+    for _ in range(6):
+        try:
+            got = query(d.state / "syncd.sock", "status", timeout=30)["status"]
+        except ControlError:
+            time.sleep(5)
+            continue
+        refused = got.get("peer_limits", {}).get("refused", {})
+        return {str(k): int(v) for k, v in refused.items()}
+    return {"(status did not answer in 6 tries of 30 s)": 0}
