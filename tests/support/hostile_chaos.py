@@ -97,6 +97,8 @@ class HostileSummary:
     resources_checked: int = 0
     planted_logs_checked: int = 0
     refused: dict[str, dict[str, int]] = field(default_factory=dict)  # node -> reason -> n
+    # node -> (keys, keys made on x's word): each key costs memory (its replicas, resources)
+    keys: dict[str, tuple[int, int]] = field(default_factory=dict)
     aborted: str = ""  # a check that failed before the end (the figures are still taken)
 
     def budget(self) -> float:
@@ -137,6 +139,8 @@ class HostileSummary:
         for node, why in sorted(self.refused.items()):
             shown = ", ".join(f"{r} {n}" for r, n in sorted(why.items()))
             rows.append(f"  {node}: refused at the bounds: {shown or 'nothing'}")
+        for node, (keys, by_x) in sorted(self.keys.items()):
+            rows.append(f"  {node}: keys {keys}, made on x's word {by_x}")
         rows += [
             f"  {'daemons exited':28} {len(self.exited):6}",
             f"  {'secret bytes on hosts':28} {len(self.leaks_on_hosts):6}",
@@ -522,7 +526,7 @@ class HostileChaos(Chaos):
                 self.hostile.rss[n] = (idle.get(n, 0), sampler.peak.get(n, 0))
                 self.hostile.sent[n] = x.bytes_from(n)
                 self.hostile.answers[n] = x.answers_from(n)
-                self.hostile.refused[n] = _refused(self.daemons[n])
+                self.hostile.refused[n], self.hostile.keys[n] = _limits(self.daemons[n])
             self.hostile.exited = self._exited()
             self.hostile.leaks_on_hosts = self._scan_for_secrets()
             self.hostile.leaks_to_x = sum(x.leaks.values())
@@ -606,8 +610,9 @@ def run_hostile(root: Path, frames_total: int, plants: int, seed: int, check_eve
     return HostileChaos(root, seed).run_hostile(frames_total, plants, check_every, log)
 
 
-def _refused(d: Daemon) -> dict[str, int]:
-    """What `d` refused at the bounds, read from its status with retries and a long timeout.
+def _limits(d: Daemon) -> tuple[dict[str, int], tuple[int, int]]:
+    """What `d` refused at the bounds, and its keys (all, and made on x's word), read from its
+    status with retries and a long timeout.
 
     Right after the run the victims are still busy with x's last frames: a status read that
     does not answer in time must not be printed as "nothing refused". One that never answers
@@ -619,6 +624,7 @@ def _refused(d: Daemon) -> dict[str, int]:
         except ControlError:
             time.sleep(5)
             continue
-        refused = got.get("peer_limits", {}).get("refused", {})
-        return {str(k): int(v) for k, v in refused.items()}
-    return {"(status did not answer in 6 tries of 30 s)": 0}
+        lim = got.get("peer_limits", {})
+        refused = {str(k): int(v) for k, v in lim.get("refused", {}).items()}
+        return refused, (int(lim.get("keys", 0)), int(lim.get("keys_made_by", {}).get("x", 0)))
+    return {"(status did not answer in 6 tries of 30 s)": 0}, (-1, -1)
