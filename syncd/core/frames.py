@@ -550,17 +550,18 @@ def item_parts(frame: Frame) -> tuple[list[dict[str, Any]], list[bytes]]:
     return items, bodies
 
 
+def routing(frame: Frame) -> dict[str, Any]:
+    """The header fields a frame carries only when set: addressee, connection, lane."""
+    return {name: value for name, value in (("to", frame.to), ("conn", frame.conn),
+                                            ("lane", frame.lane)) if value}
+
+
 def encode(frame: Frame, identity: Identity, topic: str) -> bytes:
     """A version-5 frame: signed, in clear (sealed.py makes version 6)."""
     items, bodies = item_parts(frame)
     head: dict[str, Any] = {"v": VERSION, "from": frame.sender, "epoch": frame.epoch,
-                            "seq": frame.seq, "ts": frame.ts, "items": items}
-    if frame.to:
-        head["to"] = frame.to
-    if frame.conn:
-        head["conn"] = frame.conn
-    if frame.lane:
-        head["lane"] = frame.lane
+                            "seq": frame.seq, "ts": frame.ts, "items": items,
+                            **routing(frame)}
     raw = orjson.dumps(head)
     rest = _HEADER_LEN.pack(len(raw)) + raw + b"".join(bodies)
     return b"".join((PREAMBLE, identity.sign(signed_part(topic, rest)), rest))

@@ -95,13 +95,7 @@ def encode(frame: Frame, topic: str, recipients: Sequence[Recipient],
     """Seal `frame` for `recipients` (none: a frame nobody can open, for a lane's count);
     `keys`: the sender's body keys (None: one made for this frame)."""
     items, bodies = frames.item_parts(frame)
-    inner: dict[str, Any] = {"ts": frame.ts, "items": items}
-    if frame.to:
-        inner["to"] = frame.to
-    if frame.conn:
-        inner["conn"] = frame.conn
-    if frame.lane:
-        inner["lane"] = frame.lane
+    inner: dict[str, Any] = {"ts": frame.ts, "items": items, **frames.routing(frame)}
     raw_inner = orjson.dumps(inner)
     plain = b"".join((_LEN.pack(len(raw_inner)), raw_inner, *bodies))
     return seal_bytes(topic, frame.sender, frame.epoch, frame.seq, plain, recipients, keys)
