@@ -327,3 +327,21 @@ def test_a_batch_rolled_back_on_enospc_neither_freezes_nor_reaches_a_standby(
     assert lines[-1].startswith(b'{"type":"turn/end"')
     wait_until(lambda: b.file_status(KEY, file)["ready"], 30,
                f"READY on b after the retry ({b.file_status(KEY, file)['not_ready']})")
+
+
+
+@pytest.mark.xfail(strict=True, reason="found here, not fixed: after a piece of a frame longer "
+                   "than fetch_window_bytes is shipped, the next look seems to search frames "
+                   "from the middle of that frame and ships nothing more (in_sync, lag 0)")
+def test_a_frame_longer_than_the_fetch_window_after_others_replicates(
+    broker: Broker, make_daemon: Callable[..., Daemon], libraries: Callable[..., Library],
+) -> None:
+    file = FILE["zstd"]
+    a, b = (make_daemon(n, broker, extra=FILES) for n in "ab")
+    lib = libraries(a.runtimes, "zstd")
+    lib.do("open")
+    lib.do("turn 1000")
+    wait_identical(file, a, b)
+    lib.do("turn 12000000")  # one ~6 MB frame: 4 MiB (one read) travels, then nothing
+    lib.quit()
+    wait_identical(file, a, b, timeout=10)
