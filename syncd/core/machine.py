@@ -130,7 +130,7 @@ from syncd.core.reconcile import (
     judge_peer,
     judge_request,
 )
-from syncd.core.recordkinds import LINES, ZSTD_FRAMES
+from syncd.core.recordkinds import LINES
 from syncd.core.records import Appending, FileRecord, Freeze, Stat, line_around
 
 ANNOUNCE_GAP = 0.5  # seconds between two position announcements of one file
@@ -384,12 +384,7 @@ class Machine:
                     end = ledger.size + len(event.data.data)
                 elif event.size >= 0:
                     end = max(ledger.size, min(end, event.size))  # no larger buffer than needed
-                # Frames are found from a frame's start only: after a piece of a long frame,
-                # from where that frame began (lines: any point will do).
-                since = ledger.size
-                if self.records == ZSTD_FRAMES and ledger.open_line_start is not None:
-                    since = ledger.open_line_start
-                return ReadPlan(((ledger.recheck_start(), end),), line_end_from=since,
+                return ReadPlan(((ledger.recheck_start(), end),), line_end_from=ledger.size,
                                 stat=True)
             case Loaded() | Rehashed() | Look() | PeerRequest():
                 plan = self._request_plan(event) if isinstance(event, PeerRequest) else NO_READS
