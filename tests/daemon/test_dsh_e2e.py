@@ -215,7 +215,10 @@ def test_a_kill_9_mid_batch_and_the_librarys_repair_freeze_nothing(
     lib.do("open")
     lib.do("turn 1000")
     before = wait_identical(file, a, b)
-    lib.do("big 30000000")  # ~7 000 chunk events in one batch: killed while it is written
+    # ~7 000 chunk events in one batch: killed while it is written. As one Zstandard frame
+    # it stays under the 4 MiB fetch window: a longer frame stalls (the strict xfail
+    # test_a_frame_longer_than_the_fetch_window_after_others_replicates).
+    lib.do("big 30000000" if compression == "none" else "big 6000000")
     wait_until(lambda: len(content(a.path(KEY, file))) > len(before), 30,
                "the big batch reaching the file")
     lib.kill()
