@@ -215,10 +215,7 @@ def test_a_kill_9_mid_batch_and_the_librarys_repair_freeze_nothing(
     lib.do("open")
     lib.do("turn 1000")
     before = wait_identical(file, a, b)
-    # ~7 000 chunk events in one batch: killed while it is written. As one Zstandard frame
-    # it stays under the 4 MiB fetch window: a longer frame stalls (the strict xfail
-    # test_a_frame_longer_than_the_fetch_window_after_others_replicates).
-    lib.do("big 30000000" if compression == "none" else "big 6000000")
+    lib.do("big 30000000")  # ~7 000 chunk events in one batch: killed while it is written
     wait_until(lambda: len(content(a.path(KEY, file))) > len(before), 30,
                "the big batch reaching the file")
     lib.kill()
@@ -341,11 +338,6 @@ def test_a_batch_rolled_back_on_enospc_neither_freezes_nor_reaches_a_standby(
 
 
 
-@pytest.mark.xfail(strict=True, reason="found, not fixed: after a piece of a frame longer "
-                   "than fetch_window_bytes is shipped, the next look searches frame ends from "
-                   "the piece's end, mid-frame, and ships nothing more (in_sync, lag 0); "
-                   "searching from the frame's start instead broke zstd-frames simulator "
-                   "seeds 43 and 209")
 def test_a_frame_longer_than_the_fetch_window_after_others_replicates(
     broker: Broker, make_daemon: Callable[..., Daemon], libraries: Callable[..., Library],
 ) -> None:

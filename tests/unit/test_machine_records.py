@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import os
 
-import pytest
-
 from syncd.core import recordkinds
 from syncd.core.events import (
     Append,
@@ -103,9 +101,6 @@ def test_a_frame_longer_than_a_chunk_travels_in_pieces_with_intents_for_the_piec
     assert intents == 2  # the two pieces that end no frame; the last one ends it
 
 
-@pytest.mark.xfail(strict=True, reason="found, not fixed: the look after the first piece "
-                   "searches frame ends from the piece's end, mid-frame (tests/daemon/"
-                   "test_dsh_e2e.py::test_a_frame_longer_than_the_fetch_window_...)")
 def test_a_frame_longer_than_one_read_after_others_travels_whole() -> None:
     small, big = zstd.frame(b'{"seq":1}\n'), zstd.frame(os.urandom(30_000))
     m = Machine("a", "k", "session.jsonl.zstd", "symmetric",
