@@ -22,6 +22,9 @@ from syncd.core.records import Appending, FileRecord, Stat
 class ReadPlan:
     ranges: tuple[tuple[int, int], ...] = ()
     line_end_from: int | None = None  # also find the end of the last whole line past here
+    # Frames: where the unfinished record at line_end_from began, if it did before it (a
+    # frame longer than a read, shipped in pieces): its end is found from its start.
+    record_start: int | None = None
     stat: bool = False  # the file's stat, even without reading bytes
 
     @property

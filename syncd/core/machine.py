@@ -385,7 +385,7 @@ class Machine:
                 elif event.size >= 0:
                     end = max(ledger.size, min(end, event.size))  # no larger buffer than needed
                 return ReadPlan(((ledger.recheck_start(), end),), line_end_from=ledger.size,
-                                stat=True)
+                                record_start=ledger.open_line_start, stat=True)
             case Loaded() | Rehashed() | Look() | PeerRequest():
                 plan = self._request_plan(event) if isinstance(event, PeerRequest) else NO_READS
                 return ReadPlan(plan.ranges, stat=True)

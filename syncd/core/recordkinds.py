@@ -17,6 +17,7 @@ Pure: callers hand bytes over.
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Callable
 
 from syncd.core import zstdframes
 
@@ -36,13 +37,27 @@ def kind_for(file: str, patterns: tuple[tuple[str, str], ...] = ()) -> str:
     return LINES
 
 
-def last_end(kind: str, buf: bytes, start: int = 0) -> int:
+def last_end(kind: str, buf: bytes, start: int = 0, record_start: int | None = None) -> int:
     """End of the last whole record in buf[start:], or `start` when none ends there. For
-    frames `start` must be where a frame starts (bytes that are no frame end nothing)."""
+    frames `start` must be where a frame starts (bytes that are no frame end nothing), or
+    `record_start` must be where the frame that `start` falls inside began."""
     if kind == ZSTD_FRAMES:
-        return zstdframes.last_end(buf, start)[0]
+        return frame_end_past(start, record_start,
+                              lambda at: zstdframes.last_end(buf, at)[0])
     cut = buf.rfind(b"\n", start)
     return cut + 1 if cut >= 0 else start
+
+
+def frame_end_past(start: int, record_start: int | None, walk: Callable[[int], int]) -> int:
+    """The frames' last_end past `start`, where `walk(at)` walks frames from `at`. Nothing
+    found from `start` and a frame under way that began before it (shipped in pieces, being
+    longer than a read): walked from that frame's start instead, its end if past `start`."""
+    end = walk(start)
+    if end == start and record_start is not None and record_start < start:
+        longer = walk(record_start)
+        if longer > start:
+            return longer
+    return end
 
 
 def piece_end(kind: str, buf: bytes, start: int, end: int, max_len: int) -> int:

@@ -402,7 +402,7 @@ class Replica:
                 st, line_end = store.stat(self.spot), None
             else:
                 st, reads, line_end = store.snapshot(self.spot, plan.ranges, plan.line_end_from,
-                                                     self.record_kind)
+                                                     self.record_kind, plan.record_start)
         except OSError as e:
             self._unsafe(e)
             effects = m.handle(IoFailed(event, e.strerror or str(e)), EMPTY, loop.time(),

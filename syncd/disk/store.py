@@ -15,7 +15,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from syncd.core import zstdframes
+from syncd.core import recordkinds, zstdframes
 from syncd.core.errors import ConcurrentWrite, FileReplaced, FileShrank
 from syncd.core.ledger import BLOCK, Ledger
 from syncd.core.recordkinds import LINES, ZSTD_FRAMES
@@ -111,7 +111,7 @@ def _last_line_end(fd: int, start: int, end: int) -> int:
 
 
 def snapshot(path: Where, ranges: tuple[tuple[int, int], ...], line_end_from: int | None,
-             records: str = LINES
+             records: str = LINES, record_start: int | None = None
              ) -> tuple[Stat | None, dict[tuple[int, int], bytes], int | None]:
     """The file's stat, the bytes of each range (shorter where the file is shorter) and,
     when asked, the end of its last whole record past `line_end_from` (a line, or a frame:
@@ -128,7 +128,9 @@ def snapshot(path: Where, ranges: tuple[tuple[int, int], ...], line_end_from: in
         line_end = None
         if line_end_from is not None and records == ZSTD_FRAMES:
             read_end = max((b for _, b in ranges), default=line_end_from)
-            line_end = _last_frame_end(fd, line_end_from, st.st_size, reads, read_end)
+            line_end = recordkinds.frame_end_past(
+                line_end_from, record_start,
+                lambda at: _last_frame_end(fd, at, st.st_size, reads, read_end))
         elif line_end_from is not None:
             line_end = _line_end_from_reads(reads, line_end_from, st.st_size)
             if line_end is None:

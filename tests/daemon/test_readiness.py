@@ -468,9 +468,10 @@ def test_failover_drill(broker: Broker, make_daemon: Callable[..., Daemon]) -> N
     b.path(KEY).unlink()
     append(b.path(KEY), finished_turn("t4"))
     wait_state(b, "reset")
-    b.kill()
+    # b announces its reset once its freeze record is durable: a hears it, then b dies.
     wait_until(lambda: not_ready_because(a, "b announces its copy reset"), 10,
                "a not ready: b reset")
+    b.kill()
     done = syncd("status", "--config", str(a.config), "--ready", KEY)
     assert done.returncode == 1 and "b announces its copy reset" in done.stdout
 

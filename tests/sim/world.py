@@ -256,7 +256,7 @@ class SimHost:
                 for a, b in plan.ranges:
                     reads[(a, b)] = bytes(f.data[a:b]) if b > a else b""
                 if plan.line_end_from is not None:
-                    line_end = w.last_end(bytes(f.data), plan.line_end_from)
+                    line_end = w.last_end(bytes(f.data), plan.line_end_from, plan.record_start)
             if isinstance(event, Look):
                 self.look_failing = False
             snap = Snapshot(f.stat() if f else None, reads, line_end)
@@ -539,8 +539,8 @@ class World:
 
     # --- records: lines, or frames ------------------------------------------------------------
 
-    def last_end(self, data: bytes, start: int = 0) -> int:
-        return recordkinds.last_end(self.records, data, start)
+    def last_end(self, data: bytes, start: int = 0, record_start: int | None = None) -> int:
+        return recordkinds.last_end(self.records, data, start, record_start)
 
     def ends_record(self, data: bytes | bytearray) -> bool:
         return self.last_end(bytes(data)) == len(data) if self.frames else \

@@ -27,6 +27,7 @@ class MemFile:
         reads = {(a, b): bytes(self.data[a:b]) for a, b in plan.ranges}
         line_end = None
         if plan.line_end_from is not None:
-            line_end = recordkinds.last_end(self.kind, bytes(self.data), plan.line_end_from)
+            line_end = recordkinds.last_end(self.kind, bytes(self.data), plan.line_end_from,
+                                            plan.record_start)
         st = Stat(1, self.inode, len(self.data), self.mtime, self.mtime)
         return Snapshot(st, reads, line_end)

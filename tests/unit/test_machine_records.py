@@ -101,6 +101,18 @@ def test_a_frame_longer_than_a_chunk_travels_in_pieces_with_intents_for_the_piec
     assert intents == 2  # the two pieces that end no frame; the last one ends it
 
 
+def test_a_frame_longer_than_one_read_after_others_travels_whole() -> None:
+    small, big = zstd.frame(b'{"seq":1}\n'), zstd.frame(os.urandom(30_000))
+    m = Machine("a", "k", "session.jsonl.zstd", "symmetric",
+                Tuning(chunk_bytes=4096, fetch_window=8192), online={"b": True}, records=FRAMES)
+    f = File(small, kind=FRAMES)
+    feed(m, f, Loaded(None, []))
+    feed(m, f, Look())
+    f.write(big)
+    assert shipped(feed(m, f, Look(), 2.0)) == big
+    assert m.held == len(small + big)
+
+
 def test_a_rolled_back_batch_held_back_is_no_event() -> None:
     first = zstd.frame(b'{"seq":1}\n')
     m, f = live(FRAMES, first, settle=0.05)
