@@ -348,3 +348,25 @@ class AdoptDone:
 
 Effect = (Send | Append | Sync | Persist | NoteAppending | Rehash | Archive | FindLine
           | LookAgain | Redeliver | Reload | Log | Durable | LogCheck | AdoptDone | Reassess)
+
+
+def peer_event(kind: Kind, sender: str, body: frames.Payload) -> Event | None:
+    """The machine event a peer's frame item is (None for a body that does not fit its kind).
+
+    The one mapping from the wire to the machine: the daemon's frame gate and the simulator's
+    broker both use it.
+    """
+    match kind, body:
+        case Kind.POS, Announce():
+            return PeerPos(sender, body)
+        case (Kind.LIVE | Kind.FILL), Data():
+            return PeerData(sender, body)
+        case Kind.REQ, Request():
+            return PeerRequest(sender, body)
+        case Kind.REFUSE, Refuse():
+            return PeerRefuse(sender, body)
+        case Kind.PROBE, Probe():
+            return PeerProbe(sender, body)
+        case Kind.PROBED, Probed():
+            return PeerProbed(sender, body)
+    return None

@@ -305,6 +305,10 @@ class Machine:
 
     # --- predicates ---------------------------------------------------------------------------
 
+    def has_peer(self, peer: str) -> bool:
+        """Whether PEER has announced a copy of this file."""
+        return peer in self.peers
+
     @property
     def name(self) -> str:
         return f"{self.key}/{self.file}"
@@ -1526,6 +1530,14 @@ class Machine:
         self.record_dirty = False
         self.last_persist = now
 
+    def record_at_shutdown(self) -> Persist | None:
+        """The durable record to write as the daemon stops, or None while it may not be written
+        (still loading, or local bytes not yet synced)."""
+        if self.mode is Mode.LOADING or self.unsynced:
+            return None
+        self.record_dirty = True
+        return self._persist_record(durable=True)
+
     def _persist_record(self, durable: bool) -> Persist:
         chain = self.ledger.chain if self.ledger is not None else None
         effect = Persist(self._record_now(), chain, durable=durable, rebuilt=self._rebuilt)
@@ -1719,22 +1731,11 @@ class Machine:
         ad.archive = path
         out.append(Log(logging.WARNING, f"{self.name}: operator adopts {ad.peer}'s copy; ours "
                                         f"is archived at {path}"))
-        self.ledger = Ledger(self.records)
-        self._rebuilt = True
-        self.freeze, self.diverged, self.note, self.intent = None, {}, None, None
-        self.appending = None
-        out.append(NoteAppending(None))  # about the history just replaced
-        self.refusals.clear()
+        self._new_history(Ledger(self.records), None, out)
         self.settle = None
-        self.locating.clear()
-        self.probing.clear()
         self.fetch = None
-        self._adopt_stat(None)
-        self.position = Position.empty()
         for view in self.peers.values():
-            view.verified, view.forked, view.probed = False, False, False
             view.state = PeerState.AHEAD
-        self.record_dirty = True
         self._enter(Mode.ADOPTING)
         self._persist(now, out, force=True)
         out.append(LogCheck(restart=True))
@@ -1780,19 +1781,7 @@ class Machine:
         """The operator keeps this host's copy as it is now (after a deliberate clear())."""
         ad = self.adoption
         self.adoption = None
-        self.ledger = fresh if fresh is not None else Ledger(self.records)
-        self._rebuilt = True
-        self.freeze, self.diverged, self.note, self.intent = None, {}, None, None
-        self.appending = None
-        out.append(NoteAppending(None))  # about the history just replaced
-        self.refusals.clear()
-        self.locating.clear()
-        self.probing.clear()
-        self._adopt_stat(st)
-        self.position = Position(self.ledger.size, self.ledger.digest())
-        for view in self.peers.values():
-            view.verified, view.forked, view.probed = False, False, False
-        self.record_dirty = True
+        self._new_history(fresh if fresh is not None else Ledger(self.records), st, out)
         if self.mode is not Mode.LIVE:
             self._enter(Mode.LIVE)
         self._persist(now, out, force=True)
@@ -1806,6 +1795,23 @@ class Machine:
         if ad is not None:
             out.append(AdoptDone(ad.ticket, {"file": self.file, "archive": None,
                                              "size": self.position.size}))
+
+    def _new_history(self, ledger: Ledger, st: Stat | None, out: list[Effect]) -> None:
+        """The operator replaced this copy's history (adopt, or keep the local copy): forget
+        all that was learned about the old one, from freezes to what each peer was shown."""
+        self.ledger = ledger
+        self._rebuilt = True
+        self.freeze, self.diverged, self.note, self.intent = None, {}, None, None
+        self.appending = None
+        out.append(NoteAppending(None))  # about the history just replaced
+        self.refusals.clear()
+        self.locating.clear()
+        self.probing.clear()
+        self._adopt_stat(st)
+        self.position = Position(ledger.size, ledger.digest())
+        for view in self.peers.values():
+            view.verified, view.forked, view.probed = False, False, False
+        self.record_dirty = True
 
     def adoption_progress(self) -> tuple[int, int]:
         ad = self.adoption

@@ -26,7 +26,7 @@ import logging
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -38,11 +38,10 @@ from syncd.core.events import (
     Event,
     PeerData,
     PeerOnline,
-    PeerPos,
     PeerProbe,
-    PeerProbed,
     PeerRefuse,
     PeerRequest,
+    peer_event,
 )
 from syncd.core.frames import Channel, FrameError, Kind
 from syncd.core.freshness import ACTIVE_FOR, BEAT_INTERVAL, IDLE_BEAT, PeerStreams, ReplayGuard
@@ -93,24 +92,6 @@ FREE_SPACE_EVERY = 1.0  # seconds between two looks at the free space of each fi
 _REQUESTS = frozenset({Kind.REQ, Kind.PROBE, Kind.REFUSE, Kind.RLIST, Kind.RREQ})
 
 
-def _event(kind: Kind, sender: str, body: frames.Payload) -> Event | None:
-    """The machine event a peer's frame is (None for a body that does not fit its kind)."""
-    match kind, body:
-        case Kind.POS, frames.Announce():
-            return PeerPos(sender, body)
-        case (Kind.LIVE | Kind.FILL), frames.Data():
-            return PeerData(sender, body)
-        case Kind.REQ, frames.Request():
-            return PeerRequest(sender, body)
-        case Kind.REFUSE, frames.Refuse():
-            return PeerRefuse(sender, body)
-        case Kind.PROBE, frames.Probe():
-            return PeerProbe(sender, body)
-        case Kind.PROBED, frames.Probed():
-            return PeerProbed(sender, body)
-    return None
-
-
 _CLAIMS = {Kind.POS, Kind.LIVE, Kind.FILL}
 
 
@@ -131,12 +112,8 @@ class Node:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.node = config.node
-        self.chunk_bytes = config.chunk_bytes
-        self.fetch_window = config.fetch_window_bytes
-        self.request_timeout = config.request_timeout
-        self.persist_interval = config.persist_interval
         self.state_dir = config.state_dir
-        self.busy = 0
+        self._busy: set[Replica] = set()  # files with work waiting or under way
         self.services: list[Service] = []
         self.syncer = GroupSync()
         self.records = RecordStore(config.state_dir)
@@ -296,10 +273,30 @@ class Node:
     def settle_of(self, key: str, file: str) -> float:
         return self.config.settle_of(key, file)
 
+    # The tuning values are read from the config each time (never copied), so that a reload
+    # has one place to change.
+    @property
+    def chunk_bytes(self) -> int:
+        return self.config.chunk_bytes
+
+    @property
+    def fetch_window(self) -> int:
+        return self.config.fetch_window_bytes
+
+    @property
+    def busy(self) -> int:
+        return len(self._busy)
+
+    def set_busy(self, replica: Replica, busy: bool) -> None:
+        if busy:
+            self._busy.add(replica)
+        else:
+            self._busy.discard(replica)
+
     def tuning(self) -> Tuning:
-        return Tuning(chunk_bytes=self.chunk_bytes, fetch_window=self.fetch_window,
-                      request_timeout=self.request_timeout,
-                      persist_interval=self.persist_interval)
+        c = self.config
+        return Tuning(chunk_bytes=c.chunk_bytes, fetch_window=c.fetch_window_bytes,
+                      request_timeout=c.request_timeout, persist_interval=c.persist_interval)
 
     def is_online(self, node: str) -> bool:
         return self.presence.get(node, False)
@@ -480,11 +477,7 @@ class Node:
             self._unlist(node)
         if peers_changed:
             await self.link.resubscribe()
-        self.chunk_bytes = config.chunk_bytes
         self._outbox.limit = config.chunk_bytes
-        self.fetch_window = config.fetch_window_bytes
-        self.request_timeout = config.request_timeout
-        self.persist_interval = config.persist_interval
         self._window.window = config.batch_window
         self._window.flush()
         self.budgets.configure(config.limits)
@@ -528,6 +521,48 @@ class Node:
             await r.loaded.wait()
 
     # --- discovery and hints ----------------------------------------------------------------
+
+    async def adopt(self, key: str, source: str,
+                    progress: Callable[[str, int, int], Awaitable[None]]) -> dict[str, Any]:
+        """Archive our copies of KEY and take SOURCE's, file by file (the operator's `adopt`).
+
+        `progress(file, have, total)` is awaited about every 0.2 s while a file is fetched.
+        The reply is the control socket's: {"ok": True, "adopted": [...]} or an error.
+        """
+        if source != self.node:
+            if source not in self.presence:
+                known = ", ".join(sorted(self.presence)) or "none"
+                return {"ok": False, "error": f"unknown node {source!r} (known peers: {known})"}
+            if not self.presence[source]:
+                return {"ok": False, "error": f"{source} is offline; its copy cannot be fetched "
+                                              "now"}
+        replicas = [r for f in self.config.files_of(key)
+                    if (r := self._replica(key, f)) is not None]
+        for r in replicas:
+            await r.loaded.wait()
+            if source != self.node and not r.machine.has_peer(source):
+                return {"ok": False, "error": f"{source} has announced no copy of {r.name}"}
+        results = []
+        for r in replicas:
+            done: asyncio.Future[dict[str, object]] = asyncio.get_running_loop().create_future()
+            r.adopt(source, done)
+            last, moved_at = -1, time.monotonic()
+            while not done.done():
+                have, total = r.machine.adoption_progress()
+                if have != last:
+                    last, moved_at = have, time.monotonic()
+                elif time.monotonic() - moved_at > ADOPT_STALL_SECONDS:
+                    return {"ok": False, "error": (
+                        f"{r.name}: no progress from {source} for {ADOPT_STALL_SECONDS}s "
+                        f"(at {have} of {total} bytes); the local copy is already archived and "
+                        "the fetch goes on in the background: watch syncd status")}
+                await progress(r.name, have, total)
+                await asyncio.wait([done], timeout=0.2)
+            result = done.result()
+            if "error" in result:
+                return {"ok": False, "error": f"{r.name}: {result['error']}"}
+            results.append(result)
+        return {"ok": True, "adopted": results}
 
     def _replica(self, key: str, file: str, peer: str | None = None) -> Replica | None:
         """The replica of (key, file), made if the config wants it. `peer`: made on that
@@ -905,7 +940,7 @@ class Node:
         if item.kind in RESOURCE_KINDS:
             self.resources.deliver(sender, item)
             return
-        event = _event(item.kind, sender, item.payload)
+        event = peer_event(item.kind, sender, item.payload)
         if event is None:
             return
         if item.kind in _CLAIMS:

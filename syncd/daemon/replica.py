@@ -97,7 +97,12 @@ class Host(Protocol):
 
     node: str
     records: RecordStore
-    busy: int  # how many replicas have work waiting or under way
+    @property
+    def busy(self) -> int:
+        """How many replicas have work waiting or under way."""
+
+    def set_busy(self, replica: Replica, busy: bool) -> None:
+        """Count REPLICA as having work waiting or under way (or no longer)."""
     syncer: GroupSync
     state_dir: Path
     presence: dict[str, bool]
@@ -206,18 +211,16 @@ class Replica:
                 await self._task
             self._task = None
         # Shutting down: record the position now if it may be recorded at all.
-        m = self.machine
-        if m.mode is not Mode.LOADING and not m.unsynced:
-            m.record_dirty = True
+        if (record := self.machine.record_at_shutdown()) is not None:
             with contextlib.suppress(OSError):
-                await self._persist(m._persist_record(durable=True))
+                await self._persist(record)
         await self.verifier.close()
         for peer, size in self._held.values():
             self.host.holdings.give(peer, size)
         self._held.clear()
         if self._busy:
             self._busy = False
-            self.host.busy -= 1
+            self.host.set_busy(self, False)
 
     def deliver(self, event: Event) -> None:
         self._unhandled_in(event)
@@ -326,7 +329,7 @@ class Replica:
         """Wake the task; count this file as busy until its work is done."""
         if not self._busy:
             self._busy = True
-            self.host.busy += 1
+            self.host.set_busy(self, True)
         self._wake.set()
 
     # --- the task -----------------------------------------------------------------------------
@@ -348,7 +351,7 @@ class Replica:
             finally:
                 if self._busy and not self._wake.is_set():
                     self._busy = False
-                    self.host.busy -= 1
+                    self.host.set_busy(self, False)
                 self._arm_timer()
 
     async def _load(self) -> None:

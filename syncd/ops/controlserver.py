@@ -40,7 +40,6 @@ import os
 import pwd
 import socket
 import struct
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -66,7 +65,6 @@ MAX_LINGERING = 64
 IDLE_TIMEOUT = 10.0
 MAX_REQUEST = 64 * 1024
 DISCARD_LIMIT = 16 << 20  # bytes of an over-long request read (and dropped) before replying
-ADOPT_STALL_SECONDS = 60
 CHANGING = frozenset({"adopt", "reload"})
 SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # Linux >= 4.13; not in Python's module
 
@@ -390,38 +388,8 @@ class ControlServer:
             return {"ok": False, "error": f"{key!r} is not an instance key this node replicates"}
         if not isinstance(source, str):
             return {"ok": False, "error": "no source node given"}
-        if source != node.node:
-            if source not in node.presence:
-                known = ", ".join(sorted(node.presence)) or "none"
-                return {"ok": False, "error": f"unknown node {source!r} (known peers: {known})"}
-            if not node.presence[source]:
-                return {"ok": False, "error": f"{source} is offline; its copy cannot be fetched "
-                                              "now"}
-        replicas = [r for f in node.config.files_of(key)
-                    if (r := node._replica(key, f)) is not None]
-        for r in replicas:
-            await r.loaded.wait()
-            if source != node.node and source not in r.machine.peers:
-                return {"ok": False, "error": f"{source} has announced no copy of {r.name}"}
-        results = []
-        for r in replicas:
-            done: asyncio.Future[dict[str, object]] = asyncio.get_running_loop().create_future()
-            r.adopt(source, done)
-            last, moved_at = -1, time.monotonic()
-            while not done.done():
-                have, total = r.machine.adoption_progress()
-                if have != last:
-                    last, moved_at = have, time.monotonic()
-                elif time.monotonic() - moved_at > ADOPT_STALL_SECONDS:
-                    return {"ok": False, "error": (
-                        f"{r.name}: no progress from {source} for {ADOPT_STALL_SECONDS}s "
-                        f"(at {have} of {total} bytes); the local copy is already archived and "
-                        "the fetch goes on in the background: watch syncd status")}
-                await self._reply(writer, {"progress": {"file": r.name, "done": have,
-                                                        "total": total}})
-                await asyncio.wait([done], timeout=0.2)
-            result = done.result()
-            if "error" in result:
-                return {"ok": False, "error": f"{r.name}: {result['error']}"}
-            results.append(result)
-        return {"ok": True, "adopted": results}
+
+        async def progress(file: str, have: int, total: int) -> None:
+            await self._reply(writer, {"progress": {"file": file, "done": have, "total": total}})
+
+        return await node.adopt(key, source, progress)

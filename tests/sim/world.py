@@ -55,9 +55,6 @@ from syncd.core.events import (
     PeerData,
     PeerOnline,
     PeerPos,
-    PeerProbe,
-    PeerProbed,
-    PeerRefuse,
     PeerRequest,
     Persist,
     Reassess,
@@ -72,6 +69,7 @@ from syncd.core.events import (
     Sync,
     Synced,
     Tick,
+    peer_event,
 )
 from syncd.core.frames import Announce, Kind
 from syncd.core.ledger import Ledger, digest_of
@@ -631,7 +629,7 @@ class World:
                 when += self.rng.uniform(0.01, 0.3)
             else:
                 self.link_clock[link] = when
-            event = _event_of(sender, e)
+            event = peer_event(e.kind, sender, e.payload)
             if event is None:
                 continue
             self.at(when, lambda ev=event: to.connected and to.deliver(ev))
@@ -1021,23 +1019,6 @@ class World:
 FAULTS = ["torn", "second_writer", "failover", "edit", "truncate", "clear", "rename_over",
           "emfile", "enospc", "kill", "kill_mid", "power", "wipe_state", "broker_restart",
           "adopt"]
-
-
-def _event_of(sender: str, e: Send) -> Event | None:
-    match e.kind:
-        case Kind.POS:
-            return PeerPos(sender, e.payload)  # type: ignore[arg-type]
-        case Kind.LIVE | Kind.FILL:
-            return PeerData(sender, e.payload)  # type: ignore[arg-type]
-        case Kind.REQ:
-            return PeerRequest(sender, e.payload)  # type: ignore[arg-type]
-        case Kind.REFUSE:
-            return PeerRefuse(sender, e.payload)  # type: ignore[arg-type]
-        case Kind.PROBE:
-            return PeerProbe(sender, e.payload)  # type: ignore[arg-type]
-        case Kind.PROBED:
-            return PeerProbed(sender, e.payload)  # type: ignore[arg-type]
-    return None
 
 
 def run_seed(seed: int, records: str = recordkinds.LINES) -> World:
