@@ -45,6 +45,13 @@ from syncd.core.versions import SEALED
 
 PREAMBLE = b"sd\x06"
 WRAP_SIZE = 48  # a 32-byte key and its 16-byte tag
+TAG_SIZE = 16  # AES-GCM's tag after the ciphertext
+
+
+def overhead(recipients: int) -> int:
+    """Bytes a sealed frame adds to its plaintext beyond the clear header: one wrap per
+    recipient and the body's tag (the broker's packet limit must leave room for them)."""
+    return WRAP_SIZE * recipients + TAG_SIZE
 MAX_RECIPIENTS = 1024  # more hosts than any cluster
 MAX_NAME = 200
 _LEN = struct.Struct(">I")

@@ -31,13 +31,14 @@ from dataclasses import dataclass
 import aiomqtt
 
 from syncd.config import Config
-from syncd.core import frames
+from syncd.core import frames, sealed
 from syncd.core.brokers import Broker
 from syncd.core.errors import SyncdError
 from syncd.net import tls
 
 # The largest frame syncd publishes: a batch of chunk_bytes, or one item of chunk_bytes behind
-# the preamble, signature, header length and a header (a few hundred bytes for one item).
+# the preamble, header length and headers (a few hundred bytes for one item), and, sealed
+# (wire version 6), a 48-byte key wrap per recipient and the body's tag.
 FRAME_OVERHEAD = frames.HEADER_START + 4096
 
 
@@ -51,7 +52,9 @@ class BrokerProblem(SyncdError):
 
 
 def largest_frame(config: Config) -> int:
-    return config.chunk_bytes + FRAME_OVERHEAD
+    """A frame for every listed peer at once, wrapped for each of them."""
+    recipients = len(set(config.peers) - {config.node})
+    return config.chunk_bytes + FRAME_OVERHEAD + sealed.overhead(recipients)
 
 
 def classify_connect_error(error: BaseException) -> str:
@@ -150,8 +153,8 @@ async def check(config: Config, wait: float = 5.0, endpoint: Broker | None = Non
             got = None
         if got is None:
             raise BrokerProblem("packet_limit", (
-                f"a probe of {size} bytes (chunk_bytes {config.chunk_bytes} + {FRAME_OVERHEAD} "
-                f"of header) was refused or dropped: the broker's packet limit is below "
+                f"a probe of {size} bytes (chunk_bytes {config.chunk_bytes} + "
+                f"{size - config.chunk_bytes} of headers and key wraps) was refused or dropped: the broker's packet limit is below "
                 f"syncd's largest frame; raise max_packet_size (Mosquitto) above "
                 f"{size + 8192} or lower chunk_bytes"))
         passed.append(f"largest frame ({size} bytes) accepted")
