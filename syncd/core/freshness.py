@@ -40,7 +40,7 @@ from syncd.core.frames import Channel, Frame, Kind, Presence
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
+class Admission:
     reason: str | None = None  # None: accept
     online: bool | None = None  # the sender's presence changed to this
 
@@ -60,32 +60,32 @@ class ReplayGuard:
         last = self._presence.get(node)
         return None if last is None else last[2]
 
-    def check(self, channel: Channel, topic: str, frame: Frame) -> Verdict:
+    def check(self, channel: Channel, topic: str, frame: Frame) -> Admission:
         sender = frame.sender
         if channel is Channel.PRESENCE:
             return self._presence_frame(frame)
         if channel is Channel.POSITION:
             newest = self._epoch.get(sender, -1)
             if frame.epoch < newest:
-                return Verdict(f"position from an earlier run of {sender} (epoch "
+                return Admission(f"position from an earlier run of {sender} (epoch "
                                f"{frame.epoch} < {newest}; replayed?)")
             if frame.epoch > newest:
                 self._new_run(sender, frame.epoch)
             last = self._positions.get(topic)
             if last is not None and (frame.epoch, frame.seq) < last:
-                return Verdict("position older than one already seen (replayed?)")
+                return Admission("position older than one already seen (replayed?)")
             self._positions[topic] = (frame.epoch, frame.seq)
-            return Verdict(online=self._proves_online(frame))
+            return Admission(online=self._proves_online(frame))
         newest = self._epoch.get(sender, -1)
         if frame.epoch < newest:
-            return Verdict(f"from an earlier run of {sender} (epoch {frame.epoch} < {newest}; "
+            return Admission(f"from an earlier run of {sender} (epoch {frame.epoch} < {newest}; "
                            "replayed?)")
         if frame.epoch > newest:
             self._new_run(sender, frame.epoch)
         if frame.seq <= self._seq.get((sender, topic), -1):
-            return Verdict("sequence number already seen (replayed or reordered)")
+            return Admission("sequence number already seen (replayed or reordered)")
         self._seq[(sender, topic)] = frame.seq
-        return Verdict(online=self._proves_online(frame))
+        return Admission(online=self._proves_online(frame))
 
     def epochs(self) -> dict[str, int]:
         """Each sender's newest run heard of (to be kept across a restart of this host)."""
@@ -106,20 +106,20 @@ class ReplayGuard:
         for where in [w for w in self._seq if w[0] == sender]:
             del self._seq[where]
 
-    def _presence_frame(self, frame: Frame) -> Verdict:
+    def _presence_frame(self, frame: Frame) -> Admission:
         item = frame.items[0]
         assert item.kind is Kind.NODE and isinstance(item.payload, Presence)
         online = item.payload.online
         last = self._presence.get(frame.sender)
         if last is not None and (frame.epoch, frame.conn, not online) <= (last[0], last[1],
                                                                           not last[2]):
-            return Verdict("presence older than one already seen (replayed?)")
+            return Admission("presence older than one already seen (replayed?)")
         if frame.epoch < self._epoch.get(frame.sender, -1):
-            return Verdict("presence from an earlier run (replayed?)")
+            return Admission("presence from an earlier run (replayed?)")
         if frame.epoch > self._epoch.get(frame.sender, -1):
             self._new_run(frame.sender, frame.epoch)
         self._presence[frame.sender] = (frame.epoch, frame.conn, online)
-        return Verdict(online=online if last is None or last[2] != online else None)
+        return Admission(online=online if last is None or last[2] != online else None)
 
     def _proves_online(self, frame: Frame) -> bool | None:
         """A frame from a newer connection than the last presence: the sender is up."""

@@ -90,7 +90,7 @@ class Facts:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Readiness:
     ready: bool
     not_ready: list[str]  # every reason, each with "since ..." where known
     notes: list[str]  # information that does not change the answer
@@ -104,7 +104,7 @@ def _since(ts: float | None) -> str:
     return f" since {when(ts)}" if ts is not None else ""
 
 
-def decide(f: Facts) -> Verdict:
+def decide(f: Facts) -> Readiness:
     """READY: starting the bot on this host now loses nothing a peer has announced as durable
     and brings back nothing a peer has discarded.
 
@@ -183,7 +183,7 @@ def decide(f: Facts) -> Verdict:
                      "moving the bot here")
     if f.note is not None:
         notes.append(f.note)
-    return Verdict(not why, why, notes)
+    return Readiness(not why, why, notes)
 
 
 MISSING_SHOWN = 5

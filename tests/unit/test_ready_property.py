@@ -29,7 +29,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from syncd.core.logcheck import LogChecker, Report
-from syncd.core.readiness import Facts, PeerFacts, Verdict, decide
+from syncd.core.readiness import Facts, PeerFacts, Readiness, decide
 from tests.support.ishiki_histories import DAMAGES, Damage, History, histories
 
 DEFAULT_HISTORIES = 2000
@@ -47,7 +47,7 @@ def in_sync(report: Report, size: int) -> Facts:
                  connected_since=NOW - 60, peers=(writer,), node="standby")
 
 
-def verdict_of(data: bytes) -> tuple[Report, Verdict]:
+def verdict_of(data: bytes) -> tuple[Report, Readiness]:
     checker = LogChecker()
     checker.feed(data)
     report = checker.report()
