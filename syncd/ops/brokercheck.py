@@ -155,8 +155,8 @@ async def check(config: Config, wait: float = 5.0, endpoint: Broker | None = Non
             raise BrokerProblem("packet_limit", (
                 f"a probe of {size} bytes (chunk_bytes {config.chunk_bytes} + "
                 f"{size - config.chunk_bytes} of headers and key wraps) was refused or "
-                "dropped: "
-                f"the broker's packet limit is below syncd's largest frame; raise max_packet_size (Mosquitto) above "
+                "dropped: the broker's packet limit is below syncd's largest frame; raise "
+                "max_packet_size (Mosquitto) above "
                 f"{size + 8192} or lower chunk_bytes"))
         passed.append(f"largest frame ({size} bytes) accepted")
         # Read back through a wildcard filter, as syncd reads presence and positions
