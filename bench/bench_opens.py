@@ -3,7 +3,7 @@ resources scan's walk, by name (as before) and one level at a time from the root
 
     python3 bench/bench_opens.py [--calls 20000] [--files 1000]
 
-- a look: store.snapshot of the last 4 KiB of a 1 MiB log, for a key 1 and 4 levels below its
+- a look: logfile.snapshot of the last 4 KiB of a 1 MiB log, for a key 1 and 4 levels below its
   root; "by name" opens the file with only its directory unfollowed (the code before), "spot"
   as the daemon now does (one openat2 where the kernel has it), "one level at a time" as on
   kernels without openat2;
@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from syncd.core.spot import Spot
-from syncd.disk import store, tree
+from syncd.disk import logfile, tree
 
 
 def per_call_us(fn: object, calls: int, rounds: int = 5) -> float:
@@ -76,10 +76,10 @@ def main() -> None:
         log.write_bytes(b"x" * ((1 << 20) - 1) + b"\n")
         ranges = (((1 << 20) - 4096, 1 << 20),)
         spot = Spot(root, (*parts, "events.jsonl"))
-        by_name = per_call_us(lambda log=log, r=ranges: store.snapshot(log, r, None), args.calls)
-        by_spot = per_call_us(lambda s=spot, r=ranges: store.snapshot(s, r, None), args.calls)
+        by_name = per_call_us(lambda log=log, r=ranges: logfile.snapshot(log, r, None), args.calls)
+        by_spot = per_call_us(lambda s=spot, r=ranges: logfile.snapshot(s, r, None), args.calls)
         works, tree._openat2.works = tree._openat2.works, False
-        by_level = per_call_us(lambda s=spot, r=ranges: store.snapshot(s, r, None), args.calls)
+        by_level = per_call_us(lambda s=spot, r=ranges: logfile.snapshot(s, r, None), args.calls)
         tree._openat2.works = works
         print(f"  look, key {len(parts)} level(s) deep: by name {by_name:.1f} us, spot "
               f"{by_spot:.1f} us (openat2: {'yes' if works else 'no'}), one level at a time "

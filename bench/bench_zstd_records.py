@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from syncd.core.framecheck import FrameChecker
 from syncd.core.logcheck import LogChecker
-from syncd.disk import store
+from syncd.disk import logfile
 from tests.support.dshwriter import DshWriter
 
 
@@ -62,16 +62,16 @@ def main() -> None:
               f"{psize / 1e6:.1f} MB of JSONL")
         fd = os.open(zst, os.O_RDONLY)
         try:
-            walk = _best(lambda: store._last_frame_end(fd, 0, zsize))
+            walk = _best(lambda: logfile._last_frame_end(fd, 0, zsize))
         finally:
             os.close(fd)
         print(f"last whole frame from byte 0: {walk * 1e3:.1f} ms CPU "
               f"({walk / frames * 1e6:.2f} us per frame)")
-        search = _best(lambda: store.last_line_end(plain, 0, psize))
+        search = _best(lambda: logfile.last_line_end(plain, 0, psize))
         print(f"last whole line (plain file, backwards): {search * 1e3:.3f} ms CPU")
 
         def check(checker: LogChecker | FrameChecker, path: Path) -> None:
-            for chunk in store.chunks(path, 0, path.stat().st_size):
+            for chunk in logfile.chunks(path, 0, path.stat().st_size):
                 checker.feed(chunk)
             assert checker.report().problem_counts == {}, checker.report().problem_counts
 

@@ -30,7 +30,7 @@ from syncd.core.identity import IdentityError
 from syncd.core.names import printable
 from syncd.core.oslimits import INSTANCES, WATCHES, shortfalls
 from syncd.core.roots import MAX_DEPTH
-from syncd.daemon.node import watch_depth
+from syncd.daemon.host import watch_depth
 from syncd.disk.discovery import Scanner, root_problems
 from syncd.disk.keyfile import load_identity
 from syncd.disk.oslimits import count_directories, inotify_limits

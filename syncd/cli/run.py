@@ -16,8 +16,8 @@ import click
 
 from syncd.cli.common import config_option, load_or_exit
 from syncd.config import ConfigError
-from syncd.daemon import logs
-from syncd.daemon.node import Node, StartupError
+from syncd.daemon import logoutput
+from syncd.daemon.host import Host, StartupError
 from syncd.net import tls
 from syncd.ops import allocator, metrics, stall, systemd
 from syncd.ops.controlserver import ControlServer
@@ -27,7 +27,8 @@ from syncd.ops.controlserver import ControlServer
 @config_option
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]))
-@click.option("--log-format", default="text", show_default=True, type=click.Choice(logs.FORMATS),
+@click.option("--log-format", default="text", show_default=True,
+              type=click.Choice(logoutput.FORMATS),
               help="text (without timestamps under journald, which adds its own) or json "
                    "(one object per line).")
 def command(config_path: Path, log_level: str, log_format: str) -> None:
@@ -47,12 +48,12 @@ def command(config_path: Path, log_level: str, log_format: str) -> None:
     except ConfigError as e:
         click.echo(f"syncd: config error: {e}", err=True)
         sys.exit(2)
-    logs.setup(log_level, log_format)
+    logoutput.setup(log_level, log_format)
     allocator.tune()  # frames come from the heap, not from fresh mappings (ops/allocator.py)
     if log_level != "debug":
         logging.getLogger("syncd.mqtt").setLevel(logging.WARNING)
     try:
-        node = Node(config)
+        node = Host(config)
         node.services.append(ControlServer(node))  # syncd status, adopt, reload
         asyncio.run(_run(node))
     except StartupError as e:
@@ -60,7 +61,7 @@ def command(config_path: Path, log_level: str, log_format: str) -> None:
         sys.exit(2)
 
 
-async def _run(node: Node) -> None:
+async def _run(node: Host) -> None:
     trace = os.environ.get("SYNCD_TRACE_FILE")
     if trace:
         node.on_durable(_tracer(Path(trace)))
@@ -95,7 +96,7 @@ async def _run(node: Node) -> None:
             endpoint.close()
 
 
-def _metrics_endpoint(node: Node, loop: asyncio.AbstractEventLoop) -> metrics.Endpoint | None:
+def _metrics_endpoint(node: Host, loop: asyncio.AbstractEventLoop) -> metrics.Endpoint | None:
     m = node.config.metrics
     if m.host is None:
         return None

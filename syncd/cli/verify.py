@@ -26,7 +26,7 @@ from syncd.core.recordkinds import kind_for
 from syncd.core.refs import required
 from syncd.core.roots import KeyPathError
 from syncd.core.safe_text import safe, safe_json
-from syncd.disk import store
+from syncd.disk import logfile
 
 # Big enough that the per-call overhead vanishes, small enough to keep memory flat.
 CHUNK_SIZE = 1 << 20
@@ -76,7 +76,7 @@ def resolve_files(target: str, config_path: Path | None) -> list[Path]:
 def read_chunks(path: Path) -> Iterator[bytes]:
     """The file's bytes; a symbolic link or anything but a regular file is refused (OSError
     saying so): a log replaced by a link to a secret is not printed line by line."""
-    fd = store.open_file(path, key_dir=False)
+    fd = logfile.open_file(path, key_dir=False)
     with os.fdopen(fd, "rb") as file:
         while chunk := file.read(CHUNK_SIZE):
             yield chunk

@@ -88,7 +88,7 @@ class _Peer:
 
 def serve_cost(have: int, start: int, length: int, held: int, window: int) -> int:
     """Bytes a request makes us send: [max(start, have), + min(length, window)) cut to `held`
-    (what the replica serves; see Machine._serve_range)."""
+    (what the replica serves; see FileMachine._serve_range)."""
     first = max(start, have)
     return max(0, min(held, first + min(length, window)) - first)
 
@@ -98,7 +98,7 @@ ANSWER_OVERHEAD = 200  # bytes of header an answer item costs besides its body
 
 def probe_cost(sums: bool, start: int, count: int, held: int, blocks: int, max_sums: int,
                block: int, digest_size: int) -> int:
-    """Bytes a probe makes us send (see Machine._answer_probe): chain values of blocks
+    """Bytes a probe makes us send (see FileMachine._answer_probe): chain values of blocks
     [start, start + count) cut to `max_sums` and to the blocks we hold, or bytes from `start`
     cut to one block and to `held`."""
     if sums:

@@ -7,7 +7,7 @@ rule needs, and it touches no file, socket, thread or clock.
 
 Theory of operation
 -------------------
-The caller (the shell, `daemon/replica.py`, or the simulator in `tests/sim/`) runs this loop, one
+The caller (the shell, `daemon/filetask.py`, or the simulator in `tests/sim/`) runs this loop, one
 event at a time, never two at once for the same file:
 
     plan = machine.reads_for(event)         # which bytes of the file the decision needs
@@ -137,7 +137,7 @@ ANNOUNCE_GAP = 0.5  # seconds between two position announcements of one file
 PAUSE_RETRY = 2.0  # seconds before a paused file tries to write again
 RELOAD_RETRY = 5.0  # seconds before an unreadable file is tried again
 SETTLE = 0.2  # a file that shrank must hold still this long before it is judged
-# Records held back (Machine.hold_back) are shipped after this many times the hold at most,
+# Records held back (FileMachine.hold_back) are shipped after this many times the hold at most,
 # however busy the writer: a writer that never pauses is replicated late, not never.
 HOLD_BACK_MAX = 20
 LOOK_RETRY_MIN, LOOK_RETRY_MAX = 0.1, 5.0  # backoff of a failing look
@@ -182,7 +182,7 @@ class Tuning:
 
 
 @dataclass
-class PeerView:
+class LogPeer:
     position: Position
     frozen: str | None
     state: PeerState = PeerState.AHEAD
@@ -241,7 +241,7 @@ class Settle:
 
 @dataclass
 class Unsettled:
-    """The writer's new records held back (Machine.hold_back): the file as last seen, since
+    """The writer's new records held back (FileMachine.hold_back): the file as last seen, since
     when it looks so, and since when records wait."""
 
     seen: tuple[int, int]
@@ -250,7 +250,7 @@ class Unsettled:
     looked: bool = False  # the look asked for when due is under way: no timer until judged
 
 
-class Machine:
+class FileMachine:
     def __init__(self, node: str, key: str, file: str, role: str, tuning: Tuning,
                  online: dict[str, bool] | None = None, records: str = LINES,
                  settle: float = 0.0) -> None:
@@ -277,7 +277,7 @@ class Machine:
         self.failing: Trouble | None = None
         self.load_error: str | None = None
         self.reload_at: float | None = None
-        self.peers: dict[str, PeerView] = {}
+        self.peers: dict[str, LogPeer] = {}
         self.online: dict[str, bool] = dict(online or {})
         self.fetch: Fetch | None = None
         self.adoption: Adoption | None = None
@@ -970,7 +970,7 @@ class Machine:
         old = view = self.peers.get(peer)
         pos = Position(a.size, a.digest)
         if view is None or view.position != pos:
-            view = PeerView(pos, a.frozen)
+            view = LogPeer(pos, a.frozen)
             self.peers[peer] = view
         view.heard_at = wall
         if old is not None and view is not old:  # readiness bookkeeping survives a new position
@@ -997,7 +997,7 @@ class Machine:
         self._check_adopted(now, out)
         self._maybe_fetch(now, out)
 
-    def _assess(self, peer: str, view: PeerView, snap: Snapshot, now: float, wall: float,
+    def _assess(self, peer: str, view: LogPeer, snap: Snapshot, now: float, wall: float,
                 out: list[Effect], reread: bool = True) -> None:
         if view.position.size <= self.position.size:
             view.ahead_since = None
@@ -1054,7 +1054,7 @@ class Machine:
             view.state = PeerState.DIVERGED
 
     @staticmethod
-    def _fork_gone(found: Freeze, view: PeerView) -> bool:
+    def _fork_gone(found: Freeze, view: LogPeer) -> bool:
         """Whether a peer's position, consistent with our copy, covers the point where the
         copies parted. A consistent position short of it says nothing (an old announcement,
         from before its other bytes); one past it holds our bytes there. An adopting peer is

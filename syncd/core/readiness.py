@@ -1,6 +1,6 @@
 """Can this host take over a key now? The one definition of READY (`decide`, pure).
 
-Its facts come from the per-file shell (daemon/replica.py), which keeps the log checks of
+Its facts come from the per-file shell (daemon/filetask.py), which keeps the log checks of
 `syncd verify` current for each file with daemon/logfollow.py.
 """
 

@@ -1,7 +1,7 @@
 """The records the per-file machine decides on, shared by the pure core and the disk layer.
 
 `Stat` is what a look at a file saw; `FileRecord` and `Freeze` are what survives a restart
-(written and read by disk/persist.py); `line_around` abridges a line for a divergence report.
+(written and read by disk/recordfiles.py); `line_around` abridges a line for a divergence report.
 Plain data, no I/O, so that the machine and the events never import a module that touches disk.
 """
 
@@ -74,7 +74,7 @@ class FileRecord:
     # torn line.
     intent: tuple[str, int, int, str] | None = None
     # The last append that crossed a page boundary (see Appending). Kept apart from the
-    # record, in `<file>.appending` (RecordStore.note_appending), written (not synced)
+    # record, in `<file>.appending` (RecordFiles.note_appending), written (not synced)
     # before each such append.
     appending: Appending | None = None
 

@@ -346,7 +346,7 @@ Effect = Send | Serve | Write | Install | Discard | Compare | Conflict | Refused
 
 
 @dataclass
-class PeerView:
+class PeerManifest:
     entries: dict[str, ResEntry] = field(default_factory=dict)
     online: bool = False
     heard: bytes | None = None  # its last summary
@@ -408,7 +408,7 @@ class ResourceMachine:
         self.refused_more = 0  # files refused past the REFUSED_SHOWN named in `refused`
         self.manifest_bytes = 0  # what our whole manifest costs to send (an RLIST's answer)
         self.local: dict[str, ResEntry] = {}
-        self.peers: dict[str, PeerView] = {}
+        self.peers: dict[str, PeerManifest] = {}
         self.transfers: dict[str, Transfer] = {}
         self.offsets: dict[tuple[str, bytes, bytes], int] = {}  # first differences found
         self.refused: dict[str, str] = {}
@@ -445,7 +445,7 @@ class ResourceMachine:
 
     # -- a peer's view, within its bounds ---------------------------------------------------
 
-    def _put_entry(self, peer: str, view: PeerView, e: ResEntry) -> bool:
+    def _put_entry(self, peer: str, view: PeerManifest, e: ResEntry) -> bool:
         """Keep `e` in our view of `peer`'s manifest, if its bounds allow."""
         old = view.entries.get(e.name)
         if old is None and len(view.entries) >= self.bounds.max_files:
@@ -461,21 +461,21 @@ class ResourceMachine:
         view.held += cost
         return True
 
-    def _drop_entry(self, peer: str, view: PeerView, name: str) -> None:
+    def _drop_entry(self, peer: str, view: PeerManifest, name: str) -> None:
         old = view.entries.pop(name, None)
         if old is not None:
             cost = entry_cost(old)
             self.bounds.holdings.give(peer, cost)
             view.held -= cost
 
-    def _drop_parts(self, peer: str, view: PeerView) -> None:
+    def _drop_parts(self, peer: str, view: PeerManifest) -> None:
         cost = sum(entry_cost(e) for part in view.parts.values() for e in part)
         self.bounds.holdings.give(peer, cost)
         view.held -= cost
         view.parts = {}
         view.parts_of = 0
 
-    def _add_part(self, peer: str, view: PeerView, part: int, parts: int,
+    def _add_part(self, peer: str, view: PeerManifest, part: int, parts: int,
                   entries: tuple[ResEntry, ...]) -> bool:
         """Keep one part of a whole manifest until all have come, within the bounds."""
         if not view.awaiting:
@@ -617,10 +617,10 @@ class ResourceMachine:
             self._send_sum(now, out)
         return out
 
-    def _view(self, peer: str) -> PeerView:
+    def _view(self, peer: str) -> PeerManifest:
         view = self.peers.get(peer)
         if view is None:
-            view = self.peers[peer] = PeerView()
+            view = self.peers[peer] = PeerManifest()
         return view
 
     def _local(self, e: LocalFile, now: float, out: list[Effect]) -> None:
@@ -723,7 +723,7 @@ class ResourceMachine:
                     self._drop(name, t, out)
                 self._consider(name, now, out)
 
-    def _maybe_list(self, peer: str, view: PeerView, now: float, out: list[Effect]) -> None:
+    def _maybe_list(self, peer: str, view: PeerManifest, now: float, out: list[Effect]) -> None:
         """Ask for a peer's whole manifest when its summary is neither ours nor one we were
         answered for: at most once per `timeout` (the entries that change reach us anyway;
         the list is the repair), and again from Tick while that holds."""
@@ -737,7 +737,7 @@ class ResourceMachine:
         # than at the next SUM_INTERVAL.
         self._send_sum(now, out)
 
-    def _heard(self, peer: str, view: PeerView, e: ResEntry, now: float,
+    def _heard(self, peer: str, view: PeerManifest, e: ResEntry, now: float,
                out: list[Effect]) -> None:
         if e.name not in view.entries and (
                 len(view.entries) >= self.bounds.max_files
@@ -764,7 +764,7 @@ class ResourceMachine:
                 return
             self._consider(name, now, out)
 
-    def _revisit_due(self, view: PeerView, now: float) -> bool:
+    def _revisit_due(self, view: PeerManifest, now: float) -> bool:
         return view.revisit and view.online and now - view.revisited_at >= PRESENCE_PASS
 
     def _revisit(self, now: float, out: list[Effect]) -> None:

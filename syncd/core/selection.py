@@ -53,7 +53,7 @@ def matching(selectors: Iterable[str], key: str) -> bool:
 
 
 def narrow(status: Mapping[str, Any], selectors: Iterable[str]) -> dict[str, Any]:
-    """A status document (Node.status) with only what `selectors` name: the files, the
+    """A status document (Host.status) with only what `selectors` name: the files, the
     directories not replicated and the instances' resources of matched keys, and
     `ready_count` of those files. No selector: everything. The other fields (node, broker,
     peers, limits) are kept as they are."""

@@ -32,7 +32,7 @@ from syncd.core.framecheck import Checker, checker_for, checker_from_state
 from syncd.core.logcheck import LogChecker, Report
 from syncd.core.recordkinds import LINES
 from syncd.daemon import longline
-from syncd.disk import store
+from syncd.disk import logfile
 
 log = logging.getLogger("syncd.readiness")
 
@@ -48,7 +48,7 @@ LONG_LINE_RETRY = 60.0  # seconds before a failed check of a long line is tried 
 
 
 class IncrementalVerifier:
-    def __init__(self, path: store.Where, state_file: Path, records: str = LINES) -> None:
+    def __init__(self, path: logfile.Where, state_file: Path, records: str = LINES) -> None:
         self.path = path
         self.state_file = state_file
         self.records = records  # lines, or zstd frames (each decompressed for its check)
@@ -128,9 +128,9 @@ class IncrementalVerifier:
             # A live file's few new bytes are in the page cache: reading them here costs less
             # than the hop to a thread; a backlog is read in a thread, a STEP at a time.
             if stop - start <= INLINE_READ:
-                data = store.read_range(self.path, start, stop)
+                data = logfile.read_range(self.path, start, stop)
             else:
-                data = await asyncio.to_thread(store.read_range, self.path, start, stop)
+                data = await asyncio.to_thread(logfile.read_range, self.path, start, stop)
             if not data:
                 break
             # Parse on the event loop, a slice at a time, yielding in between: parsed in a

@@ -17,21 +17,21 @@ from pathlib import Path
 
 from syncd.core.logcheck import LogChecker
 from syncd.core.spot import Spot
-from syncd.disk import store
+from syncd.disk import logfile
 
 
-def where_args(where: store.Where) -> list[str]:
+def where_args(where: logfile.Where) -> list[str]:
     """The command line's TOP [PART ...] for `where`."""
     if isinstance(where, Spot):
         return [str(where.top), *where.parts]
     return [str(where)]
 
 
-def check(path: store.Where, start: int, length: int, state: bytes) -> bytes:
+def check(path: logfile.Where, start: int, length: int, state: bytes) -> bytes:
     checker = LogChecker.from_state(state)
     if checker.unread_line != (start, length):
         raise ValueError(f"the state waits for {checker.unread_line}, not ({start}, {length})")
-    line = store.read_range(path, start, start + length + 1)
+    line = logfile.read_range(path, start, start + length + 1)
     if len(line) != length + 1 or not line.endswith(b"\n"):
         raise ValueError(f"{path} no longer holds that line at {start} (history replaced?)")
     checker.resume_with(line[:-1])
@@ -41,7 +41,7 @@ def check(path: store.Where, start: int, length: int, state: bytes) -> bytes:
 def main() -> int:
     try:
         start, length, top, parts = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4:]
-        where: store.Where = Spot(Path(top), tuple(parts)) if parts else Path(top)
+        where: logfile.Where = Spot(Path(top), tuple(parts)) if parts else Path(top)
         out = check(where, start, length, sys.stdin.buffer.read())
     except (IndexError, ValueError, OSError, MemoryError) as e:
         print(f"{type(e).__name__}: {e}", file=sys.stderr)

@@ -69,7 +69,7 @@ from syncd.core.resources import (
 )
 from syncd.core.spot import Spot
 from syncd.disk import durable as durable_mod
-from syncd.disk import store, tree
+from syncd.disk import logfile, tree
 from syncd.disk.tree import NotRegularFile, Problem
 
 log = logging.getLogger("syncd.resources")
@@ -616,7 +616,7 @@ class ResourceFiles:
 
     def _compare(self, e: Compare) -> None:
         try:
-            ours = store.read_range(self.folder / e.name, e.offset, e.offset + len(e.data))
+            ours = logfile.read_range(self.folder / e.name, e.offset, e.offset + len(e.data))
         except OSError as err:
             if isinstance(err, NotRegularFile):
                 self._unsafe(err)

@@ -29,8 +29,8 @@ from syncd.core.resources import (
     Connected,
     PeerBounds,
     PeerItem,
+    PeerManifest,
     PeerPresence,
-    PeerView,
     ResourceMachine,
     entry_cost,
 )
@@ -38,7 +38,7 @@ from syncd.core.roots import KeyPathError
 from syncd.core.spot import Spot
 from syncd.daemon.resourcefiles import ResourceFiles, ResourceHost
 from syncd.disk import tree
-from syncd.disk.persist import RecordStore
+from syncd.disk.recordfiles import RecordFiles
 
 log = logging.getLogger("syncd.resources")
 
@@ -60,7 +60,7 @@ RESOURCE_WINDOW_CHUNKS = 8
 
 class HubHost(ResourceHost, Protocol):
     config: Config
-    records: RecordStore
+    records: RecordFiles
     budgets: Budgets
     holdings: Holdings
 
@@ -122,7 +122,7 @@ class ResourceHub:
                                   serve_max=config.fetch_window_bytes, bounds=bounds)
         for node in config.peers:
             if node != config.node:  # presence heard before this key was found
-                machine.peers[node] = PeerView(online=self.host.is_online(node))
+                machine.peers[node] = PeerManifest(online=self.host.is_online(node))
         r = ResourceFiles(self.host, key, folder,
                           self.host.records.folder(key) / "resources.json", machine)
         self.files[key] = r

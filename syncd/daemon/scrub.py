@@ -15,20 +15,20 @@ from typing import Protocol
 from syncd.config import Config
 from syncd.core.ledger import Ledger
 from syncd.core.spot import Spot
-from syncd.disk import store
+from syncd.disk import logfile
 
 log = logging.getLogger("syncd.scrub")
 STEP = 1 << 20
 
 
-def _read_into(ledger: Ledger, path: store.Where, offset: int, n: int) -> int:
+def _read_into(ledger: Ledger, path: logfile.Where, offset: int, n: int) -> int:
     # Read and hash in the worker thread: the event loop keeps its millisecond latency.
-    data = store.read_range(path, offset, offset + n)
+    data = logfile.read_range(path, offset, offset + n)
     ledger.extend(data)
     return len(data)
 
 
-async def scrub_file(path: store.Where, ledger: Ledger, rate: int) -> bool:
+async def scrub_file(path: logfile.Where, ledger: Ledger, rate: int) -> bool:
     """True if the first ledger.size bytes on disk still match the ledger.
 
     Size and digest are taken at the start: the ledger may grow meanwhile, but the digest of a
@@ -51,7 +51,7 @@ async def scrub_file(path: store.Where, ledger: Ledger, rate: int) -> bool:
 
 
 class Scrubbed(Protocol):
-    """One replicated file, as the scrub sees it (daemon/replica.py)."""
+    """One replicated file, as the scrub sees it (daemon/filetask.py)."""
 
     spot: Spot
 

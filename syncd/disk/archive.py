@@ -32,19 +32,19 @@ import orjson
 
 from syncd.core import statepath
 from syncd.core.spot import Spot
-from syncd.disk import durable, store, tree
+from syncd.disk import durable, logfile, tree
 
 
-class ArchiveChanged(store.NotRegularFile):
+class ArchiveChanged(logfile.NotRegularFile):
     """The name stopped naming the file we archived while we archived it (nothing removed)."""
 
 
-def archive_copy(state_dir: Path, node: str, key: str, file: str, where: store.Where,
+def archive_copy(state_dir: Path, node: str, key: str, file: str, where: logfile.Where,
                  manifest: dict[str, Any]) -> Path:
     """Move the file at `where` (if it exists) into the archive with a manifest; return the
     archive path.
 
-    Raises store.NotRegularFile, before anything is written, when it is a symbolic link, not
+    Raises logfile.NotRegularFile, before anything is written, when it is a symbolic link, not
     a regular file, or reached through a directory that is a link (a Spot: every level)."""
     spot = where if isinstance(where, Spot) else Spot(where.parent.parent,
                                                       (where.parent.name, where.name))
@@ -97,7 +97,7 @@ def _archive(state_dir: Path, node: str, key: str, file: str, spot: Spot, folder
         f.write(orjson.dumps(info, option=orjson.OPT_INDENT_2))
         f.flush()
         os.fsync(f.fileno())
-    store.sync_dir(folder)
+    logfile.sync_dir(folder)
     if src is not None:
         _remove_name(folder_fd, spot, src)
     os.fsync(folder_fd)
@@ -106,7 +106,7 @@ def _archive(state_dir: Path, node: str, key: str, file: str, spot: Spot, folder
 
 def _read(fd: int) -> Iterator[bytes]:
     pos = 0
-    while chunk := os.pread(fd, store.READ_CHUNK, pos):
+    while chunk := os.pread(fd, logfile.READ_CHUNK, pos):
         yield chunk
         pos += len(chunk)
 

@@ -28,8 +28,8 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from syncd.disk import store
-from syncd.disk.store import Where
+from syncd.disk import logfile
+from syncd.disk.logfile import Where
 
 log = logging.getLogger("syncd.groupsync")
 
@@ -49,7 +49,7 @@ def disk_is_fast() -> bool:
 def sync_dir(path: Where) -> None:
     """fsync a directory: the entries syncd created in it (a new file, a new folder)."""
     with contextlib.suppress(FileNotFoundError):
-        store.sync_dir(path)
+        logfile.sync_dir(path)
 
 
 def sync_files(paths: Iterable[Where], dirs: Iterable[Where] = ()) -> dict[Where, OSError]:
@@ -59,7 +59,7 @@ def sync_files(paths: Iterable[Where], dirs: Iterable[Where] = ()) -> dict[Where
     for path in paths:
         started = time.monotonic_ns()
         try:
-            store.sync(path)
+            logfile.sync(path)
         except OSError as e:
             errors[path] = e
         _sync_ns += (time.monotonic_ns() - started - _sync_ns) // 8

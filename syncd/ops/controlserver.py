@@ -50,7 +50,7 @@ from syncd.core.selection import MAX_SELECTORS, matching, narrow, problem
 from syncd.ops.statusreply import StatusReplies
 
 if TYPE_CHECKING:
-    from syncd.daemon.node import Node
+    from syncd.daemon.host import Host
 
 log = logging.getLogger("syncd.control")
 
@@ -186,7 +186,7 @@ def admission(uid: int, own_uid: int, open_total: int, open_of_uid: int
         return True, f"too many control connections ({MAX_CONNECTIONS} busy); try again"
     return None
 
-async def _status_reply(node: Node, replies: StatusReplies, select: object, urgent: bool
+async def _status_reply(node: Host, replies: StatusReplies, select: object, urgent: bool
                         ) -> dict[str, Any] | bytes:
     """`status`: the whole document (shared by every request waiting: statusreply.py), or of
     what the request's `select` (selectors, selection.py) names: a `status --ready --wait`
@@ -204,7 +204,7 @@ async def _status_reply(node: Node, replies: StatusReplies, select: object, urge
 
 
 class ControlServer:
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: Host) -> None:
         self.node = node
         self._server: asyncio.AbstractServer | None = None
         # Open connections in arrival order, and who holds each.

@@ -1,6 +1,6 @@
 """The HTTP listener of `[metrics] listen`: Prometheus metrics, the status page, its JSON.
 
-- `/metrics`: metric families made from one snapshot of `Node.status()` (the same document
+- `/metrics`: metric families made from one snapshot of `Host.status()` (the same document
   `syncd status --json` prints) and of the node's telemetry (`core/telemetry.py`: traffic by kind,
   refusals by reason, append → durable latency); the process collector adds CPU, memory and
   open files.
@@ -48,7 +48,7 @@ from syncd.core.telemetry import REJECT_REASONS
 from syncd.ops import statuspage
 
 if TYPE_CHECKING:
-    from syncd.daemon.node import Node
+    from syncd.daemon.host import Host
 
 STATES = ("in_sync", "ahead", "behind", "alone", "verifying", "diverged", "reset", "paused",
           "error")
@@ -254,7 +254,7 @@ class StatusCollector(Collector):
         yield from families(self._snapshot())
 
 
-def snapshot_from(node: Node, loop: asyncio.AbstractEventLoop) -> Callable[[], Status]:
+def snapshot_from(node: Host, loop: asyncio.AbstractEventLoop) -> Callable[[], Status]:
     """A snapshot function for the HTTP thread: the status is taken on the event loop, where
     the replicas live, never read from another thread while they change."""
 

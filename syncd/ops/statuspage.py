@@ -1,6 +1,6 @@
 """The status page (`/` on the metrics listener): the daemon's status document as HTML.
 
-`page(status, now)` is pure: the same document `syncd status --json` prints (Node.status()) in,
+`page(status, now)` is pure: the same document `syncd status --json` prints (Host.status()) in,
 one self-contained HTML page out, no script in it. It reloads itself every REFRESH_SECONDS
 (`<meta http-equiv="refresh">`), so it needs no JavaScript at all, and the server sends a
 Content-Security-Policy (`HEADERS`) that forbids every script and allows exactly the page's own

@@ -1,7 +1,7 @@
 """The `status` reply of the control socket: one build at a time, shared, and paced.
 
 A thousand keys make a status document of ~850 KB that costs ~150-250 ms of CPU to build
-(Node.status_sliced builds it a few milliseconds at a time, the event loop free in between).
+(Host.status_sliced builds it a few milliseconds at a time, the event loop free in between).
 However many clients ask at once, one build of the whole document runs: every request that
 arrives while it runs gets its result, serialized once. A request that selects keys (`select`)
 gets a build of its own, of those keys' files only, but in the same queue. After any build,

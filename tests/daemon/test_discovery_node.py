@@ -1,4 +1,4 @@
-"""Discovery in a real Node (in this process) against a real broker and real files.
+"""Discovery in a real Host (in this process) against a real broker and real files.
 
 Nested instances, odd names and several roots are found at start, by the watcher's hints and
 by the sweep alone (watch = false), and what cannot be replicated is named: log, status,
@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from syncd.config import load_config
-from syncd.daemon.node import Node
+from syncd.daemon.host import Host
 from syncd.disk.keyfile import write_identity
 from syncd.ops.controlserver import ControlServer
 from tests.support.cluster import Broker, node_identity
@@ -62,8 +62,8 @@ def put(folder: Path, lines: int = 2) -> int:
 
 
 @contextlib.asynccontextmanager
-async def running(config: Path) -> AsyncIterator[Node]:
-    node = Node(load_config(config))
+async def running(config: Path) -> AsyncIterator[Host]:
+    node = Host(load_config(config))
     node.services.append(ControlServer(node))
     ready = asyncio.Event()
     task = asyncio.create_task(node.run(ready.set))
@@ -90,7 +90,7 @@ async def eventually(check: Callable[[], Any], what: str, seconds: float = 10) -
     return value
 
 
-def loaded(node: Node, sizes: dict[str, int]) -> bool:
+def loaded(node: Host, sizes: dict[str, int]) -> bool:
     """Every key in `sizes` has a loaded replica that holds that many bytes (and no others)."""
     files = {f["key"]: f for f in node.status()["files"]}
     return set(files) == set(sizes) and all(

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from syncd.disk import store
+from syncd.disk import logfile
 from syncd.disk.archive import archive_copy
-from syncd.disk.store import NotRegularFile
+from syncd.disk.logfile import NotRegularFile
 from tests.support.cluster import Broker, Daemon, wait_until
 from tests.support.files import KEY, append, content, wait_equal
 from tests.support.ishiki import ishiki_lines
@@ -123,14 +123,14 @@ def test_store_refuses_links_fifos_and_linked_key_directories(tmp_path: Path) ->
     (key / "plain").write_bytes(b"x\n")
     for name in ("link", "fifo"):
         with pytest.raises(NotRegularFile):
-            store.read_range(key / name, 0, 10)  # a FIFO does not block the open either
+            logfile.read_range(key / name, 0, 10)  # a FIFO does not block the open either
         with pytest.raises(NotRegularFile):
-            store.snapshot(key / name, ((0, 10),), None)
+            logfile.snapshot(key / name, ((0, 10),), None)
     with pytest.raises(NotRegularFile, match="symbolic link"):
-        store.append_at(key / "link", len(SECRET), b"appended\n", (0, 0))
+        logfile.append_at(key / "link", len(SECRET), b"appended\n", (0, 0))
     with pytest.raises(NotRegularFile, match="linked-key is a symbolic link"):
-        store.read_range(tmp_path / "runtimes" / "linked-key" / "plain", 0, 2)
-    assert store.read_range(key / "plain", 0, 2) == b"x\n"
+        logfile.read_range(tmp_path / "runtimes" / "linked-key" / "plain", 0, 2)
+    assert logfile.read_range(key / "plain", 0, 2) == b"x\n"
     assert secret.read_bytes() == SECRET
 
 

@@ -3,7 +3,7 @@
 Each test reproduces one case of the issue with real `syncd run` processes, a real Mosquitto
 and real files, and asserts what the design promises instead (docs/design.md, "How it works"
 and "States"; the simulator's invariants in docs/development.md). On the code before the
-rewrite of `replica.py` every one of them fails; the failure each one gives then is written in
+rewrite of `filetask.py` every one of them fails; the failure each one gives then is written in
 its docstring.
 """
 

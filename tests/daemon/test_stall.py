@@ -43,5 +43,5 @@ def test_sigusr1_prints_the_stacks_of_a_running_daemon(
     assert d.proc is not None
     d.proc.send_signal(signal.SIGUSR1)
     wait_until(lambda: "most recent call first" in d.read_log(), 10, "the stacks in the log")
-    assert "syncd/daemon/node.py" in d.read_log() or "asyncio" in d.read_log()
+    assert "syncd/daemon/host.py" in d.read_log() or "asyncio" in d.read_log()
     assert d.status()["connected"]  # and it runs on

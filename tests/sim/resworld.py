@@ -50,8 +50,8 @@ from syncd.core.resources import (
     LocalFile,
     LocalGone,
     PeerItem,
+    PeerManifest,
     PeerPresence,
-    PeerView,
     Refused,
     ResourceMachine,
     Rules,
@@ -165,7 +165,7 @@ class ResWorld:
         h.alive = True
         for peer in self.hosts:
             if peer != h.name:
-                m.peers[peer] = PeerView()
+                m.peers[peer] = PeerManifest()
                 m.peers[peer].online = self.hosts[peer].alive and self.hosts[peer].online
         self.scan(h)
         self.deliver(h, Connected())

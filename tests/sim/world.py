@@ -3,9 +3,9 @@
 FoundationDB and TigerBeetle's VOPR test the real code this way: one thread, a seeded random
 source decides every fault and every interleaving, and invariants are checked after every
 step, so any failure replays exactly from its seed. Here each simulated host runs the real
-`syncd.core.machine.Machine` behind a small shell that does what `syncd/daemon/replica.py` does with
-real files (reads planned bytes, performs effects, feeds results back), on a disk that keeps
-written-but-unsynced bytes apart from durable ones (a power loss drops them).
+`syncd.core.machine.FileMachine` behind a small shell that does what `syncd/daemon/filetask.py`
+does with real files (reads planned bytes, performs effects, feeds results back), on a disk
+that keeps written-but-unsynced bytes apart from durable ones (a power loss drops them).
 
 Blocks are shrunk to BLOCK_SIM bytes while a world runs (`small_blocks`), so that a few lines
 cross block boundaries, where the re-check of the end is most delicate.
@@ -74,7 +74,7 @@ from syncd.core.events import (
 from syncd.core.frames import Announce, Kind
 from syncd.core.ledger import Ledger, digest_of
 from syncd.core.machine import (
-    Machine,
+    FileMachine,
     Mode,
     Tuning,
 )
@@ -136,7 +136,7 @@ class SimHost:
     name: str
     world: World
     file: SimFile | None = None
-    machine: Machine | None = None
+    machine: FileMachine | None = None
     alive: bool = False
     connected: bool = False
     inbox: deque[Event] = field(default_factory=deque)
@@ -174,17 +174,17 @@ class SimHost:
     # Drained (and so no sync) between them, as when a burst of frames arrives at once.
     busy: bool = False
 
-    # --- the shell: what daemon/replica.py does, on simulated parts ------------------------------
+    # --- the shell: what daemon/filetask.py does, on simulated parts ------------------------------
 
     @property
-    def m(self) -> Machine:
+    def m(self) -> FileMachine:
         assert self.machine is not None
         return self.machine
 
     def start(self) -> None:
         w = self.world
         self.alive = True
-        self.machine = Machine(self.name, KEY, FILE, "symmetric", w.tuning,
+        self.machine = FileMachine(self.name, KEY, FILE, "symmetric", w.tuning,
                                online={h: w.hosts[h].connected for h in w.hosts if h != self.name},
                                records=w.records, settle=w.settle)
         self.inbox.clear()
@@ -388,7 +388,7 @@ class SimHost:
         return Appended(e.peer, e.data, f.stat())
 
     def loaded(self) -> Loaded:
-        """What RecordStore.load returns: the record, with the `.appending` note."""
+        """What RecordFiles.load returns: the record, with the `.appending` note."""
         st = self.stored
         if st is None:
             return Loaded(None, [], appending=self.noted)

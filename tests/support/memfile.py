@@ -1,11 +1,11 @@
 """An in-memory log file for the machine's unit tests, read the way the shell reads a real one
-(syncd/daemon/replica.py: the machine's read plan, then a snapshot)."""
+(syncd/daemon/filetask.py: the machine's read plan, then a snapshot)."""
 
 from __future__ import annotations
 
 from syncd.core import recordkinds
 from syncd.core.events import Event, Snapshot
-from syncd.core.machine import Machine
+from syncd.core.machine import FileMachine
 from syncd.core.records import Stat
 
 
@@ -22,7 +22,7 @@ class MemFile:
         del self.data[size:]
         self.mtime += 1
 
-    def snapshot(self, m: Machine, event: Event) -> Snapshot:
+    def snapshot(self, m: FileMachine, event: Event) -> Snapshot:
         plan = m.reads_for(event)
         reads = {(a, b): bytes(self.data[a:b]) for a, b in plan.ranges}
         line_end = None

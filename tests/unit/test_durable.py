@@ -98,9 +98,9 @@ def test_records_and_notes_are_written_through_it(tmp_path: Path, fsyncs: list[s
     append syncs nothing (it is per frame: a sync there doubled the lag); a durable one (at
     a start) is synced with its folder's entry."""
     from syncd.core.records import FileRecord
-    from syncd.disk import persist
+    from syncd.disk import recordfiles
 
-    store = persist.RecordStore(tmp_path)
+    store = recordfiles.RecordFiles(tmp_path)
     record = FileRecord(size=0, digest=bytes(32), file_size=0, dev=1, ino=2, mtime_ns=3,
                         ctime_ns=4, partial=b"")
     store.save("k", "events.jsonl", record, [bytes(32)], durable=True)
@@ -108,7 +108,7 @@ def test_records_and_notes_are_written_through_it(tmp_path: Path, fsyncs: list[s
     assert fsyncs[-1] == f"dir:{folder}" and f"dir:{tmp_path}/files" in fsyncs
     fsyncs.clear()
     datasyncs: list[int] = []
-    monkeypatch.setattr(persist.os, "fdatasync", datasyncs.append)
+    monkeypatch.setattr(recordfiles.os, "fdatasync", datasyncs.append)
     note = ("b", 0, 0, 9000, "00" * 32)
     store.note_appending("k", "log.jsonl", note)
     store.note_appending("k", "log.jsonl", note)

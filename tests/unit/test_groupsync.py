@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from syncd.disk import groupsync, store
+from syncd.disk import groupsync, logfile
 from syncd.disk.groupsync import INLINE_WAIT, GroupSync, sync_files
 
 
@@ -49,8 +49,8 @@ def test_a_failure_reaches_every_waiter(tmp_path: Path) -> None:
 def test_only_the_files_and_directories_syncd_wrote_are_synced(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     synced: list[tuple[str, Path]] = []
-    monkeypatch.setattr(store, "sync", lambda p: synced.append(("file", p)))
-    monkeypatch.setattr(store, "sync_dir", lambda p: synced.append(("dir", p)))
+    monkeypatch.setattr(logfile, "sync", lambda p: synced.append(("file", p)))
+    monkeypatch.setattr(logfile, "sync_dir", lambda p: synced.append(("dir", p)))
     a, b = tmp_path / "k1" / "events.jsonl", tmp_path / "k2" / "events.jsonl"
 
     async def main() -> None:
@@ -67,7 +67,7 @@ def test_a_slow_disk_never_holds_the_loop_past_a_small_bound(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A file sync that takes 0.4 s (another process filling the disk): the loop waits for a
     # lone small sync at most INLINE_WAIT, then goes on; the sync still completes.
-    monkeypatch.setattr(store, "sync", lambda p: time.sleep(0.4))
+    monkeypatch.setattr(logfile, "sync", lambda p: time.sleep(0.4))
     monkeypatch.setattr(groupsync, "_sync_ns", 0)  # the disk looked fast until now
     path = tmp_path / "f"
     path.write_bytes(b"x\n")

@@ -1,7 +1,7 @@
 """The per-file machine without sockets or files: scripted events in, expected effects out.
 
-Each test drives `syncd.core.machine.Machine` the way the shell does (reads the planned bytes from
-an in-memory file, hands over event and snapshot) and asserts on the effects. Milliseconds
+Each test drives `syncd.core.machine.FileMachine` the way the shell does (reads the planned bytes
+from an in-memory file, hands over event and snapshot) and asserts on the effects. Milliseconds
 each; the end-to-end tests stay the acceptance layer.
 """
 
@@ -53,7 +53,7 @@ from syncd.core.ledger import BLOCK, Ledger, Position, digest_of
 from syncd.core.machine import (
     LOCATE_RETRY,
     PAGE,
-    Machine,
+    FileMachine,
     Mode,
     Tuning,
 )
@@ -64,7 +64,7 @@ from tests.support.memfile import MemFile
 File = MemFile  # an in-memory file, read the way the shell reads the real one
 
 
-def feed(m: Machine, f: File | None, event: Event, now: float = 1.0) -> list[object]:
+def feed(m: FileMachine, f: File | None, event: Event, now: float = 1.0) -> list[object]:
     """Hand one event to the machine and carry out the effects that have results."""
     snap = f.snapshot(m, event) if f is not None else Snapshot()
     effects: list[object] = list(m.handle(event, snap, now, 1e9 + now))
@@ -85,9 +85,9 @@ def feed(m: Machine, f: File | None, event: Event, now: float = 1.0) -> list[obj
     return out
 
 
-def live(data: bytes = b"", peers: tuple[str, ...] = ("b",)) -> tuple[Machine, File]:
+def live(data: bytes = b"", peers: tuple[str, ...] = ("b",)) -> tuple[FileMachine, File]:
     """A machine that holds `data` (already recorded), with peers online."""
-    m = Machine("a", "k", "events.jsonl", "symmetric", Tuning(),
+    m = FileMachine("a", "k", "events.jsonl", "symmetric", Tuning(),
                 online=dict.fromkeys(peers, True))
     f = File(data)
     feed(m, f, Loaded(None, []))
@@ -337,7 +337,7 @@ def test_serving_checks_the_bytes_against_the_ledger_first() -> None:
 BOGUS = Announce(5, bytes(32))  # a listed host claims a copy whose prefix is not ours
 
 
-def diverged_from_c() -> tuple[Machine, File]:
+def diverged_from_c() -> tuple[FileMachine, File]:
     """a holds 2 lines, in sync with b; c announces a copy that differs inside our prefix."""
     m, f = live(LINE + b'{"id": "2"}\n', peers=("b", "c"))
     feed(m, f, PeerPos("b", Announce(len(f.data), digest_of(bytes(f.data)))))
@@ -429,7 +429,7 @@ class Disk:
         self.noted: Appending | None = None  # the `.appending` note
 
 
-def shell(m: Machine, f: File, event: Event, disk: Disk,
+def shell(m: FileMachine, f: File, event: Event, disk: Disk,
           die_before: type | None = None, die_at: int | None = None) -> list[object]:
     """Like `feed`, with the shell's Rehash (never below `hold`) and Persist, and a process
     that dies just before the first effect of type `die_before`, or in the write() of an
@@ -464,8 +464,8 @@ def shell(m: Machine, f: File, event: Event, disk: Disk,
     return out
 
 
-def restart(f: File, disk: Disk) -> Machine:
-    m = Machine("a", "k", "events.jsonl", "symmetric", Tuning(), online={"b": True})
+def restart(f: File, disk: Disk) -> FileMachine:
+    m = FileMachine("a", "k", "events.jsonl", "symmetric", Tuning(), online={"b": True})
     assert disk.record is not None
     shell(m, f, Loaded(dataclasses.replace(disk.record, appending=disk.noted),
                        list(disk.chain)), disk)
@@ -542,7 +542,7 @@ def test_an_append_cut_short_by_a_kill_is_the_peers_bytes_not_a_torn_line(whole:
 def test_a_first_catch_up_cut_short_before_any_record_keeps_the_peers_bytes() -> None:
     """A new standby killed inside its first appends, before it ever recorded a position:
     the note alone says which range was being appended."""
-    m = Machine("a", "k", "events.jsonl", "symmetric", Tuning(), online={"b": True})
+    m = FileMachine("a", "k", "events.jsonl", "symmetric", Tuning(), online={"b": True})
     f = File()
     feed(m, f, Loaded(None, []))
     disk = Disk()
@@ -550,7 +550,7 @@ def test_a_first_catch_up_cut_short_before_any_record_keeps_the_peers_bytes() ->
         shell(m, f, piece(0, LINES, LINES), disk, die_at=2 * PAGE)
     assert disk.record is None and disk.noted is not None
     assert disk.noted[:4] == ("b", 0, 0, len(LINES))
-    m = Machine("a", "k", "events.jsonl", "symmetric", Tuning(), online={"b": True})
+    m = FileMachine("a", "k", "events.jsonl", "symmetric", Tuning(), online={"b": True})
     out = shell(m, f, Loaded(None, [], appending=disk.noted), disk)
     assert any(isinstance(e, NoteAppending) and e.durable for e in out)
     shell(m, f, piece(m.held, LINES, LINES[m.held:]), disk)
@@ -610,7 +610,7 @@ def test_a_local_line_where_an_append_of_ours_never_started_is_refused_not_splic
     assert any(isinstance(e, Log) and "too short to tell" in e.message for e in out)
 
 
-def restart_from(m: Machine, f: File, disk: Disk) -> Machine:
+def restart_from(m: FileMachine, f: File, disk: Disk) -> FileMachine:
     """Record `m` as it is (a graceful stop), then start again on the file as it is now."""
     disk.record, disk.chain = m._record_now(), list(m.ledger.chain if m.ledger else [])
     return restart(f, disk)
@@ -640,7 +640,7 @@ def test_every_expected_error_has_one_root() -> None:
     from syncd.core.errors import ConcurrentWrite, FileReplaced, FileShrank, SyncdError
     from syncd.core.frames import FrameError
     from syncd.core.identity import IdentityError
-    from syncd.daemon.node import StartupError
+    from syncd.daemon.host import StartupError
     from syncd.ops.brokercheck import BrokerProblem
     from syncd.ops.control import ControlError
 

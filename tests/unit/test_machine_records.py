@@ -1,5 +1,5 @@
 """The per-file machine on a log of Zstandard frames, and the writer's rollback rule (hold
-back: Machine.hold_back): scripted events in, effects out, as in test_machine.py."""
+back: FileMachine.hold_back): scripted events in, effects out, as in test_machine.py."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from syncd.core.events import (
 )
 from syncd.core.frames import Data, Kind
 from syncd.core.ledger import Ledger, digest_of
-from syncd.core.machine import Machine, Mode, Tuning
+from syncd.core.machine import FileMachine, Mode, Tuning
 from syncd.core.records import Stat
 from tests.support import zstd
 from tests.support.memfile import MemFile
@@ -36,7 +36,7 @@ FRAMES = recordkinds.ZSTD_FRAMES
 File = MemFile
 
 
-def feed(m: Machine, f: File, event: Event, now: float = 1.0) -> list[object]:
+def feed(m: FileMachine, f: File, event: Event, now: float = 1.0) -> list[object]:
     effects: list[object] = list(m.handle(event, f.snapshot(m, event), now, 1e9 + now))
     out = list(effects)
     for e in effects:
@@ -58,8 +58,8 @@ def feed(m: Machine, f: File, event: Event, now: float = 1.0) -> list[object]:
     return out
 
 
-def live(kind: str, data: bytes = b"", settle: float = 0.0) -> tuple[Machine, File]:
-    m = Machine("a", "k", "session.jsonl.zstd", "symmetric", Tuning(chunk_bytes=4096),
+def live(kind: str, data: bytes = b"", settle: float = 0.0) -> tuple[FileMachine, File]:
+    m = FileMachine("a", "k", "session.jsonl.zstd", "symmetric", Tuning(chunk_bytes=4096),
                 online={"b": True}, records=kind, settle=settle)
     f = File(data, kind=kind)
     feed(m, f, Loaded(None, []))
@@ -103,7 +103,7 @@ def test_a_frame_longer_than_a_chunk_travels_in_pieces_with_intents_for_the_piec
 
 def test_a_frame_longer_than_one_read_after_others_travels_whole() -> None:
     small, big = zstd.frame(b'{"seq":1}\n'), zstd.frame(os.urandom(30_000))
-    m = Machine("a", "k", "session.jsonl.zstd", "symmetric",
+    m = FileMachine("a", "k", "session.jsonl.zstd", "symmetric",
                 Tuning(chunk_bytes=4096, fetch_window=8192), online={"b": True}, records=FRAMES)
     f = File(small, kind=FRAMES)
     feed(m, f, Loaded(None, []))

@@ -14,7 +14,7 @@ import pytest
 
 from syncd.core import frames
 from syncd.core.frames import Kind
-from syncd.core.resources import PeerItem, PeerView, ResourceMachine, Rules
+from syncd.core.resources import PeerItem, PeerManifest, ResourceMachine, Rules
 from syncd.core.spot import Spot
 from syncd.daemon import resourcefiles
 from syncd.daemon.resourcefiles import ResourceFiles
@@ -53,7 +53,7 @@ def shell(tmp_path: Path, host: Host) -> ResourceFiles:
     root = tmp_path / "rt"
     (root / "bot-1" / "resources" / "artifacts" / "t").mkdir(parents=True, exist_ok=True)
     machine = ResourceMachine("a", Rules(), None, chunk_bytes=4, window=64, timeout=1.0)
-    machine.peers["b"] = PeerView(online=True)
+    machine.peers["b"] = PeerManifest(online=True)
     return ResourceFiles(host, "bot-1", Spot(root, ("bot-1", "resources")),
                          tmp_path / "state" / "resources.json", machine)
 

@@ -13,7 +13,7 @@ from syncd.core.ledger import DIGEST_SIZE
 from syncd.core.names import NAME_MAX, key_problem
 from syncd.core.records import FileRecord
 from syncd.disk.archive import archive_copy
-from syncd.disk.persist import VERSION, RecordStore
+from syncd.disk.recordfiles import VERSION, RecordFiles
 
 ODD_KEYS = [
     "onebot_123/group_456",
@@ -71,7 +71,7 @@ def test_a_record_written_by_the_old_code_still_loads(tmp_path: Path) -> None:
         "ino": 6, "mtime_ns": 7, "ctime_ns": 8, "partial": "", "freeze": None,
         "diverged_peers": {}, "note": None, "intent": None}))
     (old / "events.jsonl.chain").write_bytes(b"\x03" * DIGEST_SIZE)
-    loaded = RecordStore(tmp_path).load("abc", "events.jsonl")
+    loaded = RecordFiles(tmp_path).load("abc", "events.jsonl")
     assert loaded is not None
     record, chain = loaded
     assert (record.size, record.file_size, record.ino) == (10, 12, 6)
@@ -79,10 +79,10 @@ def test_a_record_written_by_the_old_code_still_loads(tmp_path: Path) -> None:
 
 
 def test_nested_and_odd_keys_are_stored_apart(tmp_path: Path) -> None:
-    store = RecordStore(tmp_path)
+    store = RecordFiles(tmp_path)
     for n, key in enumerate(["onebot_123", *ODD_KEYS], 1):
         store.save(key, "events.jsonl", _record(n), [bytes([n]) * DIGEST_SIZE])
-    again = RecordStore(tmp_path)
+    again = RecordFiles(tmp_path)
     for n, key in enumerate(["onebot_123", *ODD_KEYS], 1):
         loaded = again.load(key, "events.jsonl")
         assert loaded is not None and loaded[0].size == n, key

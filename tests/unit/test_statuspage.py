@@ -21,7 +21,7 @@ NOW = 1_800_000_000.0
 
 
 def document() -> dict[str, Any]:
-    """A status document with something in every section (the shape Node.status() has)."""
+    """A status document with something in every section (the shape Host.status() has)."""
     peer = {"size": 4096, "state": "in_sync", "frozen": None, "diverged": [], "online": True,
             "lag_bytes": 0, "lag_seconds": 0.0, "offline_since": None, "heard_at": NOW - 1}
     return {

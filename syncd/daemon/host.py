@@ -56,8 +56,8 @@ from syncd.core.readiness import Unconfirmed, when
 from syncd.core.roots import MAX_DEPTH, KeyPathError
 from syncd.core.telemetry import Telemetry
 from syncd.core.unsafe import UnsafePaths
-from syncd.daemon import logs
-from syncd.daemon.replica import Replica
+from syncd.daemon import logoutput
+from syncd.daemon.filetask import FileTask
 from syncd.daemon.resourcehub import RESOURCE_KINDS, ResourceHub
 from syncd.daemon.scrub import scrub_forever
 from syncd.daemon.window import CommitGate
@@ -67,7 +67,7 @@ from syncd.disk.epoch import next_epoch
 from syncd.disk.groupsync import GroupSync
 from syncd.disk.keyfile import load_identity
 from syncd.disk.peerepochs import PeerEpochs
-from syncd.disk.persist import RecordStore
+from syncd.disk.recordfiles import RecordFiles
 from syncd.disk.watcher import Watcher
 from syncd.net.link import Link
 from syncd.net.outbox import Outbox
@@ -108,17 +108,17 @@ class StartupError(SyncdError):
     """The daemon cannot start (directories, permissions); the message says what to fix."""
 
 
-class Node:
+class Host:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.node = config.node
         self.state_dir = config.state_dir
-        self._busy: set[Replica] = set()  # files with work waiting or under way
+        self._busy: set[FileTask] = set()  # files with work waiting or under way
         self.services: list[Service] = []
         self.syncer = GroupSync()
-        self.records = RecordStore(config.state_dir)
-        self.replicas: dict[tuple[str, str], Replica] = {}
-        self._by_path: dict[str, Replica] = {}  # str(replica.path) -> replica, for hints
+        self.records = RecordFiles(config.state_dir)
+        self.replicas: dict[tuple[str, str], FileTask] = {}
+        self._by_path: dict[str, FileTask] = {}  # str(replica.path) -> replica, for hints
         self.presence: dict[str, bool] = {}
         # node -> wall time its presence last changed as heard here (first heard, at start):
         # readiness says how long a peer has been offline.
@@ -171,8 +171,8 @@ class Node:
                                 max_depth=watch_depth(config))
         # Local changes: read and shipped at once when nothing is in flight for the file, else
         # together in the next commit, after the optional batch_window (window.py).
-        self._window: CommitGate[Replica] = CommitGate(
-            config.batch_window, Replica.hint_local, self._watcher.hold, self._watcher.drain,
+        self._window: CommitGate[FileTask] = CommitGate(
+            config.batch_window, FileTask.hint_local, self._watcher.hold, self._watcher.drain,
             self._watcher.resume)
         self._stop = asyncio.Event()
         self._durable_hooks: list[Callable[[str, str, int], None]] = []
@@ -191,7 +191,7 @@ class Node:
         self.unsafe = UnsafePaths()
         self.resources = ResourceHub(self)  # each instance's resources/ (resourcehub.py)
 
-    # --- Host protocol for replicas ---------------------------------------------------------
+    # --- HostServices, what the file tasks call -------------------------------------------
 
     def send(self, kind: Kind, key: str, file: str, payload: frames.Payload, to: str = "",
              retain: bool = False) -> None:
@@ -287,7 +287,7 @@ class Node:
     def busy(self) -> int:
         return len(self._busy)
 
-    def set_busy(self, replica: Replica, busy: bool) -> None:
+    def set_busy(self, replica: FileTask, busy: bool) -> None:
         if busy:
             self._busy.add(replica)
         else:
@@ -508,7 +508,7 @@ class Node:
                  len(self.replicas) - before)
         return changed
 
-    def scrubbed(self) -> list[Replica]:
+    def scrubbed(self) -> list[FileTask]:
         return list(self.replicas.values())
 
     @property
@@ -564,7 +564,7 @@ class Node:
             results.append(result)
         return {"ok": True, "adopted": results}
 
-    def _replica(self, key: str, file: str, peer: str | None = None) -> Replica | None:
+    def _replica(self, key: str, file: str, peer: str | None = None) -> FileTask | None:
         """The replica of (key, file), made if the config wants it. `peer`: made on that
         peer's word (its bytes or position), so within the bounds of a new key."""
         r = self.replicas.get((key, file))
@@ -595,25 +595,25 @@ class Node:
                     self.refused(peer, reason, f"new keys ({printable(key)}: {why})")
                     return None
                 self.made_by[key] = peer
-            r = Replica(self, key, file, spot / file)
+            r = FileTask(self, key, file, spot / file)
             self.replicas[(key, file)] = r
             self._by_path[str(r.path)] = r
             self.keyspace.add(key)
             self._refused.pop(key, None)  # refused before (a full disk): no longer
             # The replica's task inherits this context: its log lines carry key and file as
             # fields (JSON logs) without every call passing them.
-            token = logs.FIELDS.set({"key": key, "file": file})
+            token = logoutput.FIELDS.set({"key": key, "file": file})
             try:
                 r.start()
             finally:
-                logs.FIELDS.reset(token)
+                logoutput.FIELDS.reset(token)
             self.resources.ensure(key, if_present=True)
             chore = asyncio.get_running_loop().create_task(self._after_load(r))
             self._chores.add(chore)
             chore.add_done_callback(self._chores.discard)
         return r
 
-    async def _after_load(self, r: Replica) -> None:
+    async def _after_load(self, r: FileTask) -> None:
         await r.loaded.wait()
         self.telemetry.baseline(r.key, r.file, r.machine.position.size)
         # Divergences recorded before a restart may name a node removed from [peers] since.
@@ -733,12 +733,12 @@ class Node:
             self._hint_below(root.path.joinpath(*parts), gone)
         self._discover_soon()
 
-    def looked(self, replica: Replica) -> None:
+    def looked(self, replica: FileTask) -> None:
         """`replica`'s look at its file is over (read, shipped, synced): its next commit may
         start (window.py)."""
         self._window.done(replica)
 
-    def _grew(self, replica: Replica) -> None:
+    def _grew(self, replica: FileTask) -> None:
         """A replicated file changed: look at it within the batch window (window.py), unless
         it is exactly as our own append left it (a standby's own write is no news)."""
         if not replica.as_own_append_left_it():
@@ -766,10 +766,10 @@ class Node:
         SWEEP_FILES files only, so that thousands of idle files cost a bounded amount of CPU
         (a change the watcher missed is found within ceil(files / SWEEP_FILES) sweeps). Each
         machine's deadline is checked on every FULL_SWEEP-th round only: the replica's own
-        timer is what ticks it (see Replica.sweep)."""
+        timer is what ticks it (see FileTask.sweep)."""
         # The list of a round is made once per round: even listing a thousand idle replicas
         # every second showed in an idle daemon's profile (cold objects, a cache miss each).
-        replicas: list[Replica] = []
+        replicas: list[FileTask] = []
         cursor, rounds, sweeps = 0, 0, 0
         while True:
             await asyncio.sleep(self.config.sweep_interval)
@@ -922,7 +922,7 @@ class Node:
                 return False
         return True
 
-    def _claimed(self, sender: str, item: frames.Item) -> Replica | None:
+    def _claimed(self, sender: str, item: frames.Item) -> FileTask | None:
         """The replica a claim (a position, bytes) is about, made on a writer's word within
         the bounds of a new key; None: it does not count here. For a position topic this is
         asked before the replay guard, which keeps state per topic: a refused key leaves
@@ -976,7 +976,7 @@ class Node:
             return
         replica.deliver_held(event, sender, size)
 
-    def _request_cost(self, event: Event, replica: Replica) -> int | None:
+    def _request_cost(self, event: Event, replica: FileTask) -> int | None:
         """Bytes a peer's request makes us send or read (None: it is no request)."""
         m = replica.machine
         match event:
@@ -1037,7 +1037,7 @@ class Node:
     def _check_free_space(self) -> None:
         """statvfs of each root (and glob's directory) and of state_dir, at most once a
         FREE_SPACE_EVERY: below `[limits] min_free_bytes`, no peer's bytes are written there
-        (replica.py, resourcehub.py) and no key is made on a peer's word."""
+        (filetask.py, resourcehub.py) and no key is made on a peer's word."""
         now = time.monotonic()
         if now - self._space_at < FREE_SPACE_EVERY:
             return
@@ -1286,7 +1286,7 @@ class Node:
         status = self._status_of(files)
         return status, spent + time.monotonic() - started
 
-    def _file_status(self, r: Replica) -> dict[str, Any]:
+    def _file_status(self, r: FileTask) -> dict[str, Any]:
         f = r.status()
         now = time.monotonic()
         peers: dict[str, dict[str, Any]] = f["peers"]  # type: ignore[assignment]

@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from syncd.daemon import logs
+from syncd.daemon import logoutput
 from tests.support.cluster import Broker, Daemon, wait_until
 
 
@@ -20,7 +20,7 @@ def _record(msg: str, *args: object, **extra: object) -> logging.LogRecord:
 
 
 def test_json_line_has_the_fields_and_extras() -> None:
-    line = logs.JsonFormatter().format(_record("broker %s lost", "b:1883", peer="host-b",
+    line = logoutput.JsonFormatter().format(_record("broker %s lost", "b:1883", peer="host-b",
                                                size=12))
     doc = json.loads(line)
     assert doc.pop("ts").endswith("Z")
@@ -34,7 +34,7 @@ def test_json_line_carries_the_traceback() -> None:
     except ValueError:
         record = logging.LogRecord("syncd", logging.ERROR, __file__, 1, "failed", None,
                                    sys.exc_info())
-    doc = json.loads(logs.JsonFormatter().format(record))
+    doc = json.loads(logoutput.JsonFormatter().format(record))
     assert "ValueError: boom" in doc["exc"]
 
 
@@ -42,15 +42,15 @@ def test_journald_is_recognised_by_the_stream_itself(tmp_path: Path) -> None:
     with (tmp_path / "stream").open("w") as stream:
         st = os.fstat(stream.fileno())
         env = {"JOURNAL_STREAM": f"{st.st_dev}:{st.st_ino}"}
-        assert logs.under_journald(stream, env)
-        journal = logs.formatter("text", stream, env)
+        assert logoutput.under_journald(stream, env)
+        journal = logoutput.formatter("text", stream, env)
         assert journal.format(_record("lost")) == "<4>WARNING syncd.link: lost"
         # A child of a service that writes to a terminal or file of its own is not journald.
-        assert not logs.under_journald(stream, {"JOURNAL_STREAM": f"{st.st_dev}:1"})
-        plain = logs.formatter("text", stream, {})
+        assert not logoutput.under_journald(stream, {"JOURNAL_STREAM": f"{st.st_dev}:1"})
+        plain = logoutput.formatter("text", stream, {})
         assert plain.format(_record("lost")).endswith(" WARNING syncd.link: lost")
         assert plain.format(_record("lost"))[:4].isdigit()  # starts with a timestamp
-    assert not logs.under_journald(io.StringIO(), env)  # no file descriptor at all
+    assert not logoutput.under_journald(io.StringIO(), env)  # no file descriptor at all
 
 
 def test_run_logs_json_lines(tmp_path: Path) -> None:
@@ -72,15 +72,15 @@ def test_run_logs_json_lines(tmp_path: Path) -> None:
 
 
 def test_json_line_carries_key_file_and_peer_of_the_task() -> None:
-    fields = logs.FIELDS.set({"key": "bot-1", "file": "events.jsonl"})
-    peer = logs.PEER.set("host-b")
+    fields = logoutput.FIELDS.set({"key": "bot-1", "file": "events.jsonl"})
+    peer = logoutput.PEER.set("host-b")
     try:
-        doc = json.loads(logs.JsonFormatter().format(_record("frozen")))
+        doc = json.loads(logoutput.JsonFormatter().format(_record("frozen")))
     finally:
-        logs.PEER.reset(peer)
-        logs.FIELDS.reset(fields)
+        logoutput.PEER.reset(peer)
+        logoutput.FIELDS.reset(fields)
     assert (doc["key"], doc["file"], doc["peer"]) == ("bot-1", "events.jsonl", "host-b")
-    assert "key" not in json.loads(logs.JsonFormatter().format(_record("outside a task")))
+    assert "key" not in json.loads(logoutput.JsonFormatter().format(_record("outside a task")))
 
 
 def test_run_json_lines_name_key_file_and_peer(tmp_path: Path) -> None:

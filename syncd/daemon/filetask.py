@@ -69,7 +69,7 @@ from syncd.core.events import (
 )
 from syncd.core.ledger import Ledger
 from syncd.core.machine import (
-    Machine,
+    FileMachine,
     Mode,
     Tuning,
 )
@@ -77,12 +77,12 @@ from syncd.core.names import printable
 from syncd.core.readiness import MISSING_SHOWN, Facts, PeerFacts, Unconfirmed, decide
 from syncd.core.records import Stat
 from syncd.core.spot import Spot
-from syncd.daemon import logs
+from syncd.daemon import logoutput
 from syncd.daemon.logfollow import IncrementalVerifier
-from syncd.disk import store, tree
+from syncd.disk import logfile, tree
 from syncd.disk.archive import archive_copy
 from syncd.disk.groupsync import GroupSync
-from syncd.disk.persist import RecordStore
+from syncd.disk.recordfiles import RecordFiles
 
 log = logging.getLogger("syncd.replica")
 
@@ -92,16 +92,16 @@ LOOK, DRAINED, SYNCED, TICK = Look(), Drained(), Synced(), Tick()
 INLINE_SYNC_BYTES = 64 * 1024  # below this, a lone busy file's sync may be waited for
 
 
-class Host(Protocol):
+class HostServices(Protocol):
     """What a replica needs from the node that owns it."""
 
     node: str
-    records: RecordStore
+    records: RecordFiles
     @property
     def busy(self) -> int:
         """How many replicas have work waiting or under way."""
 
-    def set_busy(self, replica: Replica, busy: bool) -> None:
+    def set_busy(self, replica: FileTask, busy: bool) -> None:
         """Count REPLICA as having work waiting or under way (or no longer)."""
     syncer: GroupSync
     state_dir: Path
@@ -131,7 +131,7 @@ class Host(Protocol):
     def flush(self) -> None:
         """Send every item queued so far now, not at the end of this loop turn."""
 
-    def looked(self, replica: Replica) -> None:
+    def looked(self, replica: FileTask) -> None:
         """A look at the local file is over, and no other is pending (group commit)."""
 
     def offline_since(self, node: str) -> float | None: ...
@@ -148,8 +148,8 @@ class Host(Protocol):
         ...
 
 
-class Replica:
-    def __init__(self, host: Host, key: str, file: str, spot: Spot) -> None:
+class FileTask:
+    def __init__(self, host: HostServices, key: str, file: str, spot: Spot) -> None:
         self.host = host
         self.key = key
         self.file = file
@@ -159,7 +159,7 @@ class Replica:
         self.path = spot.path
         self._fspath = os.fspath(self.path)
         self.record_kind = host.records_of(key, file)  # lines or zstd frames
-        self.machine = Machine(host.node, key, file, host.role_of(key), host.tuning(),
+        self.machine = FileMachine(host.node, key, file, host.role_of(key), host.tuning(),
                                online=host.presence, records=self.record_kind,
                                settle=host.settle_of(key, file))
         self.verifier = IncrementalVerifier(spot, host.records.folder(key) / f"{file}.verify",
@@ -284,7 +284,7 @@ class Replica:
         on a few sweeps only (computing each idle machine's deadline every second was a fifth
         of the idle CPU)."""
         try:
-            st = os.lstat(self._fspath)  # as store.stat: a symbolic link is not followed
+            st = os.lstat(self._fspath)  # as logfile.stat: a symbolic link is not followed
         except FileNotFoundError:
             now = None
         else:
@@ -394,7 +394,7 @@ class Replica:
 
     async def _handle(self, event: Event) -> None:
         m = self.machine
-        logs.PEER.set(getattr(event, "peer", None))  # JSON log lines about it name the peer
+        logoutput.PEER.set(getattr(event, "peer", None))  # JSON log lines about it name the peer
         plan = m.reads_for(event)
         loop = asyncio.get_running_loop()
         reads: dict[tuple[int, int], bytes] = {}
@@ -402,9 +402,9 @@ class Replica:
             if plan.empty:
                 st, line_end = None, None  # a decision that needs no file
             elif not plan.ranges and plan.line_end_from is None:
-                st, line_end = store.stat(self.spot), None
+                st, line_end = logfile.stat(self.spot), None
             else:
-                st, reads, line_end = store.snapshot(self.spot, plan.ranges, plan.line_end_from,
+                st, reads, line_end = logfile.snapshot(self.spot, plan.ranges, plan.line_end_from,
                                                      self.record_kind, plan.record_start)
         except OSError as e:
             self._unsafe(e)
@@ -465,7 +465,7 @@ class Replica:
                     await self._handle(await self._archive(manifest))
                 case FindLine(peer=peer, offset=offset):
                     try:
-                        line = await asyncio.to_thread(store.line_number, self.spot, offset,
+                        line = await asyncio.to_thread(logfile.line_number, self.spot, offset,
                                                         self.record_kind)
                     except OSError as err:
                         log.warning("%s: cannot count lines: %s", self.name, err)
@@ -503,7 +503,7 @@ class Replica:
                 parts = self.spot.parts
                 self._new_entries.update(Spot(self.spot.top, parts[:i])
                                          for i in range(len(parts)))
-            st = store.append_at(self.spot, e.offset, e.data, e.inode)
+            st = logfile.append_at(self.spot, e.offset, e.data, e.inode)
         except FileReplaced as err:
             return AppendFailed("replaced", str(err))
         except ConcurrentWrite as err:
@@ -548,7 +548,7 @@ class Replica:
     async def _rehash(self, e: Rehash) -> None:
         try:
             ledger: Ledger | None = await asyncio.to_thread(
-                store.hash_file, self.spot, None, e.whole_lines, e.hold, self.record_kind)
+                logfile.hash_file, self.spot, None, e.whole_lines, e.hold, self.record_kind)
         except FileNotFoundError:
             ledger = None
         except OSError as err:
@@ -572,7 +572,7 @@ class Replica:
     def _unsafe(self, err: OSError) -> None:
         """A link or a special file where the log or its directories should be: counted and
         shown with the others (the machine says what it means for the file)."""
-        if isinstance(err, store.NotRegularFile):
+        if isinstance(err, logfile.NotRegularFile):
             self.host.note_unsafe(printable(err.where), err.kind, err.strerror or str(err))
 
     async def _persist(self, e: Persist) -> None:
@@ -682,7 +682,7 @@ class Replica:
             p["offline_since"] = host.offline_since(node)
             p["heard_at"] = m.peers[node].heard_at
         # What the file holds now, even while frozen (when nothing else looks at it).
-        st = store.stat(self.path)
+        st = logfile.stat(self.path)
         out.update(
             path=str(self.path),
             file_size=st.size if st else 0,

@@ -56,7 +56,7 @@ class _Job:
     count: int  # entries of `chain` that belong to `record` (the list may grow meanwhile)
 
 
-class RecordStore:
+class RecordFiles:
     def __init__(self, state_dir: Path) -> None:
         self.root = state_dir / "files"
         self._chain_written: dict[tuple[str, str], int] = {}
