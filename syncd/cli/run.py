@@ -19,7 +19,7 @@ from syncd.config import ConfigError
 from syncd.daemon import logoutput
 from syncd.daemon.host import Host, StartupError
 from syncd.net import tls
-from syncd.ops import allocator, metrics, stall, systemd
+from syncd.ops import allocator, memtrace, metrics, stall, systemd
 from syncd.ops.controlserver import ControlServer
 
 
@@ -84,6 +84,7 @@ async def _run(node: Host) -> None:
     # Outside systemd there is nobody to inform.
     informer = (loop.create_task(systemd.keep_informed(notifier, node.status))
                 if notifier.enabled else None)
+    memtrace.install()  # SYNCD_TRACEMALLOC=<dir>: snapshots on SIGUSR2 (ops/memtrace.py)
     stall.watch(loop)  # a loop that stops turning prints where it is stuck (ops/stall.py)
     try:
         await node.run(ready=ready)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import signal
 import stat
 import subprocess
 import threading
@@ -341,6 +342,13 @@ class HostileChaos(Chaos):
         self.etc = root / "etc"  # an /etc-like directory with a canary
         self.secrets: dict[str, bytes] = {}
         self.deep: list[Path] = []  # planted trees (rm -rf: shutil.rmtree recurses)
+        # CHAOS_TRACE_VICTIM=b CHAOS_TRACE_DIR=<dir>: that one victim traces its allocations
+        # (syncd/ops/memtrace.py) and writes a snapshot when idle, at each checkpoint and at
+        # the end. One only: tracing all three made the long mode time out.
+        self.traced = os.environ.get("CHAOS_TRACE_VICTIM", "")
+        if self.traced:
+            where = os.environ.get("CHAOS_TRACE_DIR", str(root / "trace"))
+            self.daemons[self.traced].env["SYNCD_TRACEMALLOC"] = where
 
     # -- canaries and secrets ----------------------------------------------------------------
 
@@ -493,6 +501,7 @@ class HostileChaos(Chaos):
             x.secrets = list(self.secrets.values())
             wait_until(lambda: all(v > 0 for v in sampler.sample().values()), 10, "RSS")
             idle = sampler.sample()
+            self._snapshot(log)
             sampler.peak = dict(idle)
             sampler.start()
             mallory = Mallory(x, self.rng, self.hostile, ["a", "b", "c"])
@@ -514,11 +523,13 @@ class HostileChaos(Chaos):
                         log(f"[{i + 1}/{len(steps)}] checkpoint ({sent_frames} frames, "
                             f"{self.plant_count} plants)")
                         self._check(log)
+                        self._snapshot(log)
                 self._check(log)
                 self._check_planted_logs()
             except AssertionError as e:  # still measure, and say which check failed
                 self.hostile.aborted = str(e)[:300]
             sampler.stop()
+            self._snapshot(log)
             # The victims keep asking x for the files it announced (their own requests, a few
             # a second): what they sent is read now, against the budget of the time so far.
             self.hostile.elapsed = time.monotonic() - start
@@ -542,6 +553,14 @@ class HostileChaos(Chaos):
             for top in self.deep:
                 subprocess.run(["rm", "-rf", str(top)], check=False)
         return self.hostile
+
+    def _snapshot(self, log: Callable[[str], None]) -> None:
+        """The traced victim writes a tracemalloc snapshot (SIGUSR2), with its RSS now."""
+        d = self.daemons.get(self.traced)
+        if d is None or d.proc is None or d.proc.poll() is not None:
+            return
+        log(f"snapshot of {self.traced}: RSS {rss_kib(d.proc.pid)[0] / 1024:.1f} MiB")
+        d.proc.send_signal(signal.SIGUSR2)
 
     def _check(self, log: Callable[[str], None]) -> None:
         exited = self._exited()
