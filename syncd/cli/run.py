@@ -85,11 +85,13 @@ async def _run(node: Host) -> None:
     informer = (loop.create_task(systemd.keep_informed(notifier, node.status))
                 if notifier.enabled else None)
     memtrace.install()  # SYNCD_TRACEMALLOC=<dir>: snapshots on SIGUSR2 (ops/memtrace.py)
+    trimmer = loop.create_task(allocator.keep_trimmed())  # free heap pages back (ops/allocator.py)
     stall.watch(loop)  # a loop that stops turning prints where it is stuck (ops/stall.py)
     try:
         await node.run(ready=ready)
     finally:
         stall.unwatch()
+        trimmer.cancel()
         if informer is not None:
             informer.cancel()
         notifier.close()

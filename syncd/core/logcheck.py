@@ -476,6 +476,16 @@ class LogChecker:
         self.unread_line = None
         self._check_lines([line])
 
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of the unfinished line held in memory now."""
+        return len(self._pending)
+
+    @property
+    def outgrown(self) -> bool:
+        """Whether the unfinished line outgrew `hold` (only its length is kept)."""
+        return len(self._pending) != self._pending_size
+
     def _held(self) -> int:
         """How long a line may grow and still be checked here: unbounded, `hold`, or -1
         once the line being assembled has outgrown it (its bytes are gone)."""

@@ -23,6 +23,7 @@ import contextlib
 import logging
 import sys
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 
@@ -44,7 +45,35 @@ INLINE_READ = 256 << 10  # bytes read on the loop at most (page cache); more: in
 SAVE_INTERVAL = 30.0
 FOLLOW_INTERVAL = 1.0  # seconds between two catch-ups of one file
 HOLD = 1 << 20  # bytes of an unfinished line held in memory at most; longer: longline.py
+# Bytes of unfinished lines held by all files together. A listed host can make a thousand
+# keys and give each a megabyte without a newline: held per file only, that was a gigabyte.
+# Past the pool a line is held no further and is checked from disk when it ends, as a line
+# longer than HOLD is (docs/peer-limits.md).
+POOL_BYTES = 16 << 20
 LONG_LINE_RETRY = 60.0  # seconds before a failed check of a long line is tried again
+
+
+class HeldLines:
+    """What the unfinished lines of every file's checker hold in memory, against one limit."""
+
+    def __init__(self, limit: int = POOL_BYTES) -> None:
+        self.limit = limit
+        self.used = 0
+        self.outgrown = 0  # lines not held further because the pool was full (for status)
+
+    def room(self) -> int:
+        return max(0, self.limit - self.used)
+
+    def change(self, delta: int) -> None:
+        self.used = max(0, self.used + delta)
+
+
+HELD = HeldLines()  # one per process: the bound is on the daemon's memory
+
+
+def _release(charged: list[int]) -> None:
+    HELD.change(-charged[0])
+    charged[0] = 0
 
 
 class IncrementalVerifier:
@@ -53,6 +82,10 @@ class IncrementalVerifier:
         self.state_file = state_file
         self.records = records  # lines, or zstd frames (each decompressed for its check)
         self.checker: Checker = checker_for(records, HOLD)
+        # What this file's unfinished line holds, charged to HELD (given back when the
+        # verifier goes: a forgotten key's line must not keep the pool's room).
+        self._charged = [0]
+        weakref.finalize(self, _release, self._charged)
         self.size = 0  # bytes of the file the checks have covered
         self._fed = 0  # bytes fed to the checker: `size`, and a long line waiting (longline.py)
         self._long_line_at = -LONG_LINE_RETRY  # when a long line's check last failed
@@ -74,7 +107,8 @@ class IncrementalVerifier:
             size = saved["size"]
             if not 0 <= size <= limit:
                 return
-            self.checker = checker_from_state(self.records, saved["checker"].encode(), HOLD)
+            self._replace_checker(checker_from_state(self.records, saved["checker"].encode(),
+                                                     HOLD))
             self._fed = self._saved_size = size
             self.size = size - _waiting(self.checker)
         except FileNotFoundError:
@@ -86,7 +120,7 @@ class IncrementalVerifier:
     def restart(self) -> None:
         """The file's history was replaced: check it again from byte 0."""
         self._generation += 1
-        self.checker = checker_for(self.records, HOLD)
+        self._replace_checker(checker_for(self.records, HOLD))
         self.size = self._fed = 0
         self._report = self._last = None
         self._saved_size = -1
@@ -160,7 +194,7 @@ class IncrementalVerifier:
     async def _feed(self, piece: bytes) -> bool:
         """Feed `piece`; False when it ends a long line whose check failed (not fed on)."""
         while piece:
-            used = self.checker.feed(piece)
+            used = self._feed_held(piece)
             self._fed += used
             self.bytes_read += used
             piece = piece[used:]
@@ -170,6 +204,30 @@ class IncrementalVerifier:
             else:
                 self.size = self._fed
         return True
+
+    def _feed_held(self, piece: bytes) -> int:
+        """checker.feed, with the line it holds charged to HELD: it may grow by the room left
+        in the pool, and a line that outgrows that is no longer held (checked from disk)."""
+        checker = self.checker
+        if not isinstance(checker, LogChecker):  # zstd frames: held per file (framecheck.py)
+            return checker.feed(piece)
+        was_outgrown = checker.outgrown
+        checker.hold = min(HOLD, checker.held_bytes + HELD.room())
+        used = checker.feed(piece)
+        if checker.outgrown and not was_outgrown and checker.hold < HOLD:
+            HELD.outgrown += 1
+        self._charge_held()
+        return used
+
+    def _charge_held(self) -> None:
+        now = self.checker.held_bytes if isinstance(self.checker, LogChecker) else 0
+        HELD.change(now - self._charged[0])
+        self._charged[0] = now
+
+    def _replace_checker(self, checker: Checker) -> None:
+        """A new checker for this file: what the old one held goes back to the pool."""
+        self.checker = checker
+        self._charge_held()
 
     async def _check_long_line(self) -> bool:
         """Check the line the checker did not hold, in a process of its own (longline.py)."""
@@ -202,7 +260,7 @@ class IncrementalVerifier:
                         "in %gs)", self.path, length, start,
                         err.decode(errors="replace").strip()[-500:], LONG_LINE_RETRY)
             return False
-        self.checker = LogChecker.from_state(out, HOLD)
+        self._replace_checker(LogChecker.from_state(out, HOLD))
         self.bytes_read += length + 1
         self.size = self._fed
         return True

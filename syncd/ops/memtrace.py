@@ -7,16 +7,20 @@ points of a run can be compared offline, grouped by traceback:
     a, b = (tracemalloc.Snapshot.load(p) for p in (first, second))
     for stat in b.compare_to(a, "traceback")[:20]: ...
 
-SYNCD_TRACEMALLOC_FRAMES sets how many frames each traceback keeps (default 12).
+SYNCD_TRACEMALLOC_FRAMES sets how many frames each traceback keeps (default 12; 0: no tracing,
+only the allocator's figures, <dir>/syncd-<pid>-<n>.heap.json, as with tracing).
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import signal
 import tracemalloc
 from pathlib import Path
+
+from syncd.ops import allocator
 
 ENV = "SYNCD_TRACEMALLOC"
 
@@ -28,13 +32,18 @@ def install() -> Path | None:
         return None
     folder = Path(where)
     folder.mkdir(parents=True, exist_ok=True)
-    tracemalloc.start(int(os.environ.get(f"{ENV}_FRAMES", "12")))
+    depth = int(os.environ.get(f"{ENV}_FRAMES", "12"))
+    if depth > 0:  # 0: the allocator's figures only, at no cost
+        tracemalloc.start(depth)
     counter = itertools.count(1)
 
     def snapshot() -> None:
         path = folder / f"syncd-{os.getpid()}-{next(counter)}.snap"
-        tracemalloc.take_snapshot().dump(str(path) + ".tmp")
-        os.rename(str(path) + ".tmp", path)  # the reader sees only whole snapshots
+        if tracemalloc.is_tracing():
+            tracemalloc.take_snapshot().dump(str(path) + ".tmp")
+            os.rename(str(path) + ".tmp", path)  # the reader sees only whole snapshots
+        # And the allocator's view: Python objects are only part of what RSS holds.
+        (folder / f"{path.stem}.heap.json").write_text(json.dumps(allocator.heap()))
 
     # A plain handler, not loop.add_signal_handler: a busy loop's wakeup pipe can be full, and
     # then the signal is lost. It runs in the main thread between two bytecodes: for
