@@ -437,6 +437,7 @@ class LogChecker:
         self._shown_images = _IdSet()  # keys any ishiki.images record showed (as digests)
         self._anchors: list[_AnchorSite] = []
         self._recorded: list[Problem] = []
+        self.listed = MAX_LISTED  # problems of one kind listed at most (all are counted)
         self._recorded_counts: dict[str, int] = {}
         # resource reference (refs.py) -> [line, offset] where it first appears
         self._refs: dict[str, list[int]] = {}
@@ -480,6 +481,18 @@ class LogChecker:
     def held_bytes(self) -> int:
         """Bytes of the unfinished line held in memory now."""
         return len(self._pending)
+
+    def list_at_most(self, n: int) -> None:
+        """List at most `n` problems of each kind from now on (and of those listed so far):
+        the daemon shows three, and a listed host's keys full of bad lines cost it memory."""
+        self.listed = n
+        seen: dict[str, int] = {}
+        kept = []
+        for problem in self._recorded:
+            seen[problem.kind] = seen.get(problem.kind, 0) + 1
+            if seen[problem.kind] <= n:
+                kept.append(problem)
+        self._recorded = kept
 
     @property
     def outgrown(self) -> bool:
@@ -545,7 +558,7 @@ class LogChecker:
         kind = problem.kind.value  # plain str keys: they go through orjson in to_state()
         count = self._recorded_counts.get(kind, 0) + 1
         self._recorded_counts[kind] = count
-        if count <= MAX_LISTED:
+        if count <= self.listed:
             self._recorded.append(problem)
 
     # -- one entry -------------------------------------------------------------------------
@@ -832,7 +845,7 @@ class LogChecker:
         for problem in derived:
             counts[problem.kind] = counts.get(problem.kind, 0) + 1
             per_kind[problem.kind] = per_kind.get(problem.kind, 0) + 1
-            if per_kind[problem.kind] <= MAX_LISTED:
+            if per_kind[problem.kind] <= self.listed:
                 listed.append(problem)
         listed.sort(key=lambda p: (p.line, _KIND_ORDER[p.kind], p.message))
 

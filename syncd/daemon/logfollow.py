@@ -50,6 +50,10 @@ HOLD = 1 << 20  # bytes of an unfinished line held in memory at most; longer: lo
 # Past the pool a line is held no further and is checked from disk when it ends, as a line
 # longer than HOLD is (docs/peer-limits.md).
 POOL_BYTES = 16 << 20
+# Problems of one kind listed per file (all are counted): status shows three lines of each
+# kind (core/readiness.py), `syncd verify` lists them all from the file. At the checker's
+# 1000, a peer's key of random bytes held ~40 KiB of problems here.
+LISTED = 10
 LONG_LINE_RETRY = 60.0  # seconds before a failed check of a long line is tried again
 
 
@@ -71,6 +75,11 @@ class HeldLines:
 HELD = HeldLines()  # one per process: the bound is on the daemon's memory
 
 
+def _list_few(checker: Checker) -> Checker:
+    (checker if isinstance(checker, LogChecker) else checker.inner).list_at_most(LISTED)
+    return checker
+
+
 def _release(charged: list[int]) -> None:
     HELD.change(-charged[0])
     charged[0] = 0
@@ -81,7 +90,7 @@ class IncrementalVerifier:
         self.path = path
         self.state_file = state_file
         self.records = records  # lines, or zstd frames (each decompressed for its check)
-        self.checker: Checker = checker_for(records, HOLD)
+        self.checker: Checker = _list_few(checker_for(records, HOLD))
         # What this file's unfinished line holds, charged to HELD (given back when the
         # verifier goes: a forgotten key's line must not keep the pool's room).
         self._charged = [0]
@@ -226,6 +235,7 @@ class IncrementalVerifier:
 
     def _replace_checker(self, checker: Checker) -> None:
         """A new checker for this file: what the old one held goes back to the pool."""
+        _list_few(checker)
         self.checker = checker
         self._charge_held()
 
