@@ -317,3 +317,33 @@ def test_remote_growth_stops_above_min_free_bytes_and_resumes(
                    "b to resume remote growth")
         wait_equal(content(a.path(KEY)), b, timeout=30)
         b.stop()
+
+
+def test_keys_a_peer_fills_with_unfinished_lines_hold_one_pool(
+    broker: Broker, make_daemon: Callable[..., Daemon], x: HostilePeer
+) -> None:
+    """x makes 120 keys and gives each 600 KiB without a newline (the hostile long mode's
+    keys of random bytes, larger). Each key's log check held its unfinished line, up to
+    1 MiB per file: 70 MiB here, and a gigabyte with a thousand keys. Now all files'
+    unfinished lines share one pool (logfollow.POOL_BYTES, 16 MiB): b checks every byte of
+    every file (the lines that did not fit are only measured) and its RSS grows by less than
+    48 MiB."""
+    b = make_daemon("b", broker, extra="[limits]\nmax_peer_bytes = 16777216\n")
+    append(b.path(KEY), ishiki_lines(2))
+    wait_until(lambda: b.file_status(KEY).get("size"), 10, "b's own key")
+    assert b.proc is not None
+    idle, _ = rss_kib(b.proc.pid)
+    line = b'{"id":"x","content":"' + b"y" * (600 << 10)  # never ended
+    keys = [f"unfinished-{i}" for i in range(120)]
+    for key in keys:
+        x.batch(Item(Kind.POS, Announce(len(line), _digest(line)), key, FILE),
+                Item(Kind.LIVE, Data(0, EMPTY, line), key, FILE))
+        x.flush()
+    def all_checked() -> bool:
+        files = {f["key"]: f for f in b.status()["files"]}
+        return all(files.get(k, {}).get("log_check", {}).get("bytes", 0) == len(line)
+                   for k in keys)
+
+    wait_until(all_checked, 120, "b to check every file's bytes")
+    rss, peak = rss_kib(b.proc.pid)
+    assert peak - idle < 48 * 1024, (idle, rss, peak)

@@ -5,13 +5,16 @@ ends it is checked (in a process of its own) like any other."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 import tracemalloc
 from pathlib import Path
 
 import orjson
+import pytest
 
 from syncd.core.spot import Spot
+from syncd.daemon import logfollow
 from syncd.daemon.logfollow import IncrementalVerifier
 from tests.support.ishiki import ishiki_lines
 
@@ -97,3 +100,37 @@ def test_a_200_mib_unfinished_line_costs_bounded_memory_and_never_holds_the_loop
     assert saved < 1 << 20
     # Generous for a loaded machine: the old save alone held the loop for 0.85-2 s.
     assert longest_gap < 0.5, f"the loop was held {longest_gap:.2f} s"
+
+
+def test_unfinished_lines_of_all_files_share_one_pool(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three files, each 300 KiB into a line, against a pool of 512 KiB: the first file's
+    line is held, the second's fills the pool up to the limit and is then only measured, and
+    the third's is only measured. Once a line ends it is checked all the same (from disk).
+    A verifier that goes gives its share back."""
+    pool = logfollow.HeldLines(512 << 10)
+    monkeypatch.setattr(logfollow, "HELD", pool)
+    head = b'{"id":"big","type":"message","data":{"role":"user","content":"'
+    unfinished = head + b"x" * (300 << 10)
+    verifiers = []
+    for i in range(3):
+        path = tmp_path / f"{i}.jsonl"
+        path.write_bytes(ishiki_lines(3) + unfinished)
+        v = IncrementalVerifier(path, tmp_path / f"{i}.verify")
+        asyncio.run(follow_until(v, path.stat().st_size, 30, []))
+        verifiers.append(v)
+    assert pool.used <= pool.limit, pool.used
+    assert [v.checker.held_bytes > 0 for v in verifiers] == [True, False, False]
+    assert pool.outgrown == 2
+    # The third file's line ends: checked from disk (longline.py), clean.
+    path = tmp_path / "2.jsonl"
+    with path.open("ab") as f:
+        f.write(b'"}}\n')
+    asyncio.run(follow_until(verifiers[2], path.stat().st_size, 60, []))
+    report = verifiers[2].report()
+    assert report is not None and report.entries == 4, report  # the long line parsed
+    assert not {"torn_tail", "invalid_json"} & set(report.problem_counts), report
+    held = pool.used
+    del verifiers[0]
+    gc.collect()
+    assert pool.used < held
