@@ -335,10 +335,13 @@ def test_keys_a_peer_fills_with_unfinished_lines_hold_one_pool(
     idle, _ = rss_kib(b.proc.pid)
     line = b'{"id":"x","content":"' + b"y" * (600 << 10)  # never ended
     keys = [f"unfinished-{i}" for i in range(120)]
+    piece = 200 << 10  # within chunk_bytes
     for key in keys:
         x.batch(Item(Kind.POS, Announce(len(line), _digest(line)), key, FILE),
-                Item(Kind.LIVE, Data(0, EMPTY, line), key, FILE))
+                *(Item(Kind.LIVE, Data(at, _digest(line[:at]), line[at:at + piece]), key, FILE)
+                  for at in range(0, len(line), piece)))
         x.flush()
+
     def all_checked() -> bool:
         files = {f["key"]: f for f in b.status()["files"]}
         return all(files.get(k, {}).get("log_check", {}).get("bytes", 0) == len(line)
