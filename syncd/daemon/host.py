@@ -56,7 +56,7 @@ from syncd.core.readiness import Unconfirmed, when
 from syncd.core.roots import MAX_DEPTH, KeyPathError
 from syncd.core.telemetry import Telemetry
 from syncd.core.unsafe import UnsafePaths
-from syncd.daemon import logoutput
+from syncd.daemon import logfollow, logoutput
 from syncd.daemon.filetask import FileTask
 from syncd.daemon.resourcehub import RESOURCE_KINDS, ResourceHub
 from syncd.daemon.scrub import scrub_forever
@@ -1346,6 +1346,7 @@ class Host:
             "refused": self.telemetry.refusals(),
             "held": self.holdings.status(),
             "max_peer_bytes": lim.max_peer_bytes,
+            "unfinished_lines": logfollow.HELD.status(),  # the log checks' pool (logfollow.py)
         }
 
 

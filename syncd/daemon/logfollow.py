@@ -71,6 +71,10 @@ class HeldLines:
     def change(self, delta: int) -> None:
         self.used = max(0, self.used + delta)
 
+    def status(self) -> dict[str, int]:
+        """status `peer_limits.unfinished_lines`: bytes held, the limit, lines not held."""
+        return {"held": self.used, "limit": self.limit, "not_held": self.outgrown}
+
 
 HELD = HeldLines()  # one per process: the bound is on the daemon's memory
 

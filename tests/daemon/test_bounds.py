@@ -336,17 +336,23 @@ def test_keys_a_peer_fills_with_unfinished_lines_hold_one_pool(
     line = b'{"id":"x","content":"' + b"y" * (600 << 10)  # never ended
     keys = [f"unfinished-{i}" for i in range(120)]
     piece = 200 << 10  # within chunk_bytes
-    for key in keys:
-        x.batch(Item(Kind.POS, Announce(len(line), _digest(line)), key, FILE),
-                *(Item(Kind.LIVE, Data(at, _digest(line[:at]), line[at:at + piece]), key, FILE)
-                  for at in range(0, len(line), piece)))
+    for group in range(0, len(keys), 10):  # paced: within max_peer_bytes of queued events
+        for key in keys[group:group + 10]:
+            x.batch(Item(Kind.POS, Announce(len(line), _digest(line)), key, FILE),
+                    *(Item(Kind.LIVE, Data(at, _digest(line[:at]), line[at:at + piece]), key,
+                           FILE) for at in range(0, len(line), piece)))
         x.flush()
+        wait_until(lambda group=group: all(
+            b.path(k).exists() and b.path(k).stat().st_size == len(line)
+            for k in keys[group:group + 10]), 30, "b to write x's bytes")
 
     def all_checked() -> bool:
         files = {f["key"]: f for f in b.status()["files"]}
         return all(files.get(k, {}).get("log_check", {}).get("bytes", 0) == len(line)
                    for k in keys)
 
-    wait_until(all_checked, 120, "b to check every file's bytes")
+    wait_until(all_checked, 80, "b to check every file's bytes")
     rss, peak = rss_kib(b.proc.pid)
     assert peak - idle < 48 * 1024, (idle, rss, peak)
+    pool = b.status()["peer_limits"]["unfinished_lines"]
+    assert pool["held"] <= pool["limit"] and pool["not_held"] > 0, pool
