@@ -100,10 +100,12 @@ class GroupSync:
     when it is done within INLINE_WAIT."""
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._queued: dict[Where, Job] = {}  # waiting for a thread, in order (under _cond)
+        self._mutex = _thread.allocate_lock()  # _queued and _idle
+        self._queued: dict[Where, Job] = {}  # waiting for a thread, in order (under _mutex)
         self._threads: list[threading.Thread] = []
-        self._idle = 0  # threads waiting for work (under _cond)
+        # The go-locks of the threads waiting for work (under _mutex): a bare lock each, held
+        # until there is work (a Condition allocated a lock and a deque entry per wait).
+        self._idle: list[_thread.LockType] = []
         self._kick_due = False  # a _kick is scheduled on the loop (loop thread only)
         self._closing = False
         self._slow_logged = -60.0
@@ -124,7 +126,7 @@ class GroupSync:
                 await waited
             return
         done: asyncio.Future[None] = loop.create_future()
-        with self._cond:
+        with self._mutex:
             job = self._queued.get(path)  # not started yet: it covers our bytes too
             if job is None:
                 job = self._queued[path] = Job(loop, path, set(dirs))
@@ -139,11 +141,10 @@ class GroupSync:
     def _kick(self) -> None:
         """Wake the threads for what this iteration of the loop queued: one per GROUP files."""
         self._kick_due = False
-        with self._cond:
+        with self._mutex:
             wanted = -(-len(self._queued) // GROUP)
             while wanted > 0 and self._idle:
-                self._cond.notify()
-                self._idle -= 1  # counted as taken now: the next kick does not count it
+                self._idle.pop().release()
                 wanted -= 1
             while wanted > 0 and len(self._threads) < WORKERS:
                 self._start_thread()
@@ -156,17 +157,24 @@ class GroupSync:
         t.start()
 
     def _work(self) -> None:
+        go = _thread.allocate_lock()
+        go.acquire()
         while True:
-            with self._cond:
-                while not self._queued and not self._closing:
-                    self._idle += 1
-                    self._cond.wait()  # _kick counts it as taken when it notifies
+            with self._mutex:
                 if not self._queued:
-                    return  # closing, and nothing left
-                group: list[Job] = []
-                while self._queued and len(group) < GROUP:
-                    path = next(iter(self._queued))
-                    group.append(self._queued.pop(path))
+                    if self._closing:
+                        return  # closing, and nothing left
+                    self._idle.append(go)
+                    wait = True
+                else:
+                    wait = False
+                    group: list[Job] = []
+                    while self._queued and len(group) < GROUP:
+                        path = next(iter(self._queued))
+                        group.append(self._queued.pop(path))
+            if wait:
+                go.acquire()  # released by _kick (work) or close()
+                continue
             self._sync(group)
 
     def _warn_if_slow(self, started: float, files: int) -> None:
@@ -191,10 +199,11 @@ class GroupSync:
                 loop.call_soon_threadsafe(_finished, jobs)
 
     async def close(self) -> None:
-        with self._cond:
+        with self._mutex:
             self._closing = True
-            self._cond.notify_all()
-            self._idle = 0
+            idle, self._idle = self._idle, []
+        for go in idle:
+            go.release()
         threads, self._threads = self._threads, []
         inline = self._inline.close()
         if inline is not None:
