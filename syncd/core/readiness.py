@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from syncd.core.logcheck import Report
+from syncd.core.logreport import Report
 
 # --- the one definition of READY ---------------------------------------------------------
 
