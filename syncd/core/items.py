@@ -32,7 +32,7 @@ class Kind(Enum):
     REFUSE = "refuse"
     PROBE = "probe"
     PROBED = "probed"
-    # An instance's resources/ files (resources.py); key = the instance, file = RESOURCES.
+    # An instance's resources/ files (core/resources/); key = the instance, file = RESOURCES.
     RSUM = "rsum"
     RLIST = "rlist"
     RHAVE = "rhave"
@@ -50,7 +50,7 @@ _WITH_BODY = {Kind.LIVE, Kind.FILL, Kind.PROBED, Kind.RHAVE, Kind.RDATA}
 RESOURCES = "resources"  # the `file` of every resource item: the instance's resources/ tree
 MAX_RESOURCE_NAME = 1024
 # Levels of a resource name at most: the largest [resources] max_depth (config.py), which is
-# what a host walks and accepts from peers (resources.py): a level is a directory to create.
+# what a host walks and accepts from peers (core/resources/): a level is a directory to create.
 MAX_RESOURCE_DEPTH = 256
 # One manifest item: at most MAX_ENTRIES_PER_ITEM entries (2000 are sent) in MAX_ENTRIES_BODY
 # bytes. Decoding costs ~1.8 KB of memory per entry for a moment: the JSON values are counted

@@ -80,7 +80,7 @@ class Facts:
     note: str | None = None  # a local edit noticed (status "note")
     peers: tuple[PeerFacts, ...] = ()
     node: str = ""  # this host's name, as the peers name it in their divergences
-    # Files under resources/ that the log references and this host lacks (resources.py
+    # Files under resources/ that the log references and this host lacks (core/resources/
     # ResourceMachine.missing), referenced files no host holds, and write-once conflicts.
     missing_resources: tuple[str, ...] = ()
     unheld_resources: int = 0
