@@ -1,7 +1,7 @@
 """Which files under an instance's resources/ travel, and by which rule (config [resources]).
 
 WRITE-ONCE names are fetched whole and never replaced; REPLACED names (sidecars) carry a
-version, and the highest wins (the rules themselves: the package docstring, resources/__init__).
+version, and the highest wins (the rules in full: resources/__init__.py).
 """
 
 from __future__ import annotations
