@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from syncd.core import recordkinds
 from syncd.core.events import Event, Snapshot
-from syncd.core.machine import FileMachine
+from syncd.core.filemachine import FileMachine
 from syncd.core.records import Stat
 
 

@@ -1,8 +1,8 @@
 """The per-file machine without sockets or files: scripted events in, expected effects out.
 
-Each test drives `syncd.core.machine.FileMachine` the way the shell does (reads the planned bytes
-from an in-memory file, hands over event and snapshot) and asserts on the effects. Milliseconds
-each; the end-to-end tests stay the acceptance layer.
+Each test drives `syncd.core.filemachine.FileMachine` the way the shell does (reads the planned
+bytes from an in-memory file, hands over event and snapshot) and asserts on the effects.
+Milliseconds each; the end-to-end tests stay the acceptance layer.
 """
 
 from __future__ import annotations
@@ -48,15 +48,15 @@ from syncd.core.events import (
     SyncFailed,
     Tick,
 )
-from syncd.core.frames import Announce, Data, Kind, Probe, Probed, ProbeWhat, Refuse, Request
-from syncd.core.ledger import BLOCK, Ledger, Position, digest_of
-from syncd.core.machine import (
+from syncd.core.filemachine import (
     LOCATE_RETRY,
     PAGE,
     FileMachine,
     Mode,
     Tuning,
 )
+from syncd.core.frames import Announce, Data, Kind, Probe, Probed, ProbeWhat, Refuse, Request
+from syncd.core.ledger import BLOCK, Ledger, Position, digest_of
 from syncd.core.reconcile import PeerState
 from syncd.core.records import Appending, FileRecord, Stat
 from tests.support.memfile import MemFile
