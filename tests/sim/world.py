@@ -79,7 +79,6 @@ from syncd.core.filemachine import (
     locating,
     serving,
 )
-from syncd.core.filemachine import machine as machine_mod
 from syncd.core.frames import Announce, Kind
 from syncd.core.ledger import Ledger, digest_of
 from syncd.core.reconcile import PeerState
@@ -96,7 +95,7 @@ def small_blocks(size: int = BLOCK_SIM) -> Iterator[None]:
     """Run with blocks of `size` bytes (the modules bound BLOCK at import: patch each)."""
     mods = (ledger_mod, loading, locating, serving, reconcile_mod)
     saved = [m.BLOCK for m in mods]
-    pages = (machine_mod, localfile)  # and the page size for writes cut short
+    pages = (localfile,)  # and the page size for writes cut short
     saved_pages = [m.PAGE for m in pages]
     for m in mods:
         m.BLOCK = size  # type: ignore[attr-defined]

@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import hashlib
 
+from syncd.core.events import ReadPlan
 from syncd.core.filemachine import localfile
 from syncd.core.filemachine.localfile import HoldBack
 from syncd.core.filemachine.state import HOLD_BACK_MAX, PAGE
 from syncd.core.frames import Data
+from syncd.core.ledger import Ledger
+from syncd.core.reconcile import LocalChange
 from syncd.core.records import Stat
+from tests.support.memfile import MemFile
 
 
 def stat(size: int, mtime: int) -> Stat:
@@ -93,3 +97,35 @@ def test_bytes_cut_short_are_ours_with_the_whole_piece_or_a_page_of_it() -> None
     other = ("b", 0, end, end + len(piece), hashlib.sha256(b"another").hexdigest())
     assert not localfile.cut_short_is_ours(other, end, piece[:PAGE], d)
     assert not localfile.cut_short_is_ours(None, end, piece, d)
+
+
+def test_a_write_across_a_page_is_noted_first_from_the_first_unsynced_byte() -> None:
+    ledger = Ledger()
+    ledger.extend(b"x" * (PAGE - 10) + b"\n")
+    at = ledger.size
+    inside = Data(at, ledger.digest(), b"y" * 5)
+    assert localfile.append_note(ledger, inside, 0, "b") is None  # one page: not cut short
+    across = Data(at, ledger.digest(), b"y" * 20)
+    note = localfile.append_note(ledger, across, unsynced=0, peer="b")
+    assert note == ("b", at, at, at + 20, hashlib.sha256(b"y" * 20).hexdigest())
+    note = localfile.append_note(ledger, across, unsynced=100, peer="b")
+    assert note is not None and note[1] == at - 100  # an unsynced append may be cut too
+
+
+def test_the_file_is_judged_against_the_history_we_hold() -> None:
+    data = b'{"a": 1}\n{"b": 2}\n'
+    ledger = Ledger()
+    ledger.extend(data)
+    f = MemFile(data)
+
+    def judged(seen: tuple[int, int] | None = None) -> LocalChange:
+        plan = ReadPlan(((ledger.recheck_start(), len(f.data)),), stat=True)
+        return localfile.judge_file(ledger, (1, 1), seen, f.read(plan))
+
+    assert judged((len(data), 1)) is LocalChange.NONE
+    f.write(b'{"c": 3}\n')
+    assert judged((len(data), 1)) is LocalChange.GROWTH
+    f.data[len(data) - 3] = ord("9")  # a byte we vouched for
+    assert judged() is LocalChange.EDITED
+    f.truncate(4)
+    assert judged() is LocalChange.SHRUNK

@@ -1,6 +1,7 @@
 """The local writer's file: which of its new records wait (a writer's batch still settling),
 how its growth is cut into pieces, and whether bytes past our end are what an append of ours
-cut short. The machine (`machine.py`) judges the file with these; none of them touches it."""
+cut short. The machine (`machine.py`) judges the file with these; none of them touches it.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +9,25 @@ import hashlib
 from collections.abc import Iterator
 
 from syncd.core import recordkinds
-from syncd.core.filemachine.state import HOLD_BACK_MAX, PAGE, Unsettled
+from syncd.core.events import Snapshot
+from syncd.core.filemachine.state import HOLD_BACK_MAX, PAGE, Unsettled, first_read
 from syncd.core.frames import Data
+from syncd.core.ledger import Ledger
+from syncd.core.reconcile import LocalChange, judge_local
 from syncd.core.records import Appending, Stat
+
+
+def judge_file(ledger: Ledger, inode: tuple[int, int] | None, seen: tuple[int, int] | None,
+               snap: Snapshot) -> LocalChange:
+    """Is our history still a prefix of the file (read from Ledger.recheck_start() on), at
+    the inode we describe, with nothing unrecorded past our end? (`seen`: the size and mtime
+    judged last; None judges the bytes whatever the stat says.)"""
+    st = snap.stat
+    tail: bool | None = None
+    if st is not None and st.size >= ledger.size:
+        tail = ledger.matches_end(first_read(snap)[: ledger.size - ledger.recheck_start()])
+    stat_now = (st.dev, st.ino, st.size, st.mtime_ns) if st else None
+    return judge_local(ledger.size, inode, seen, stat_now, tail)
 
 
 class HoldBack:
@@ -113,3 +130,26 @@ def cut_short_is_ours(appending: Appending | None, end: int, local: bytes, d: Da
     # The piece's bytes in the file: [offset, size), all equal to the peer's (those below
     # `end` by the digest the peer's base matched, the others byte for byte).
     return size - (offset if size > offset else end) >= PAGE
+
+
+def append_note(ledger: Ledger, d: Data, unsynced: int, peer: str) -> Appending | None:
+    """The `.appending` note to write before appending the peer's `d`, if that write crosses
+    a page (None: it cannot be cut short).
+
+    A write() that a kill or a power loss may cut short mid-line (an intent vouches only for
+    the whole piece): say so first, with the piece's digest. Not synced: an fsync per frame
+    doubled the replication lag (docs/design.md). A power loss may keep some of the piece's
+    pages and drop the note; bytes past our end without one are then taken for a local
+    writer's torn line: a false divergence, frozen until `adopt` (issue #23 case 9,
+    accepted), never a splice. Up to this piece's end only: a wider range (a fetch's window)
+    would vouch for a local writer's torn line after it (the simulator found one). From the
+    start of the line it continues, if that line is unfinished here (a restart counts whole
+    lines only, so bytes of ours before this piece would sit past our end too), and from the
+    first byte not yet synced: a power loss may cut any unsynced append, not only this one
+    (seed 3164 of the simulator with power cuts that keep a page-cut tail)."""
+    if d.offset // PAGE == (d.end - 1) // PAGE:
+        return None
+    start = ledger.open_line_start
+    first = min(d.offset if start is None else min(start, d.offset),
+                max(0, ledger.size - unsynced))
+    return (peer, first, d.offset, d.end, hashlib.sha256(d.data).hexdigest())

@@ -9,7 +9,6 @@ to the others that read the same fields)."""
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from typing import Any
 
@@ -71,7 +70,6 @@ from syncd.core.filemachine.state import (
     LOOK_RETRY_MIN,
     NO_READS_EVENTS,
     OWN_REMOVAL_WINDOW,
-    PAGE,
     PAUSE_RETRY,
     RELOAD_RETRY,
     SETTLE,
@@ -564,12 +562,7 @@ class FileMachine:
         ledger = self.ledger
         assert ledger is not None
         st = snap.stat
-        tail: bool | None = None
-        if st is not None and st.size >= ledger.size:
-            got = first_read(snap)
-            tail = ledger.matches_end(got[: ledger.size - ledger.recheck_start()])
-        stat_now = (st.dev, st.ino, st.size, st.mtime_ns) if st else None
-        change = judge_local(ledger.size, self.inode, self.seen, stat_now, tail)
+        change = localfile.judge_file(ledger, self.inode, self.seen, snap)
         if ledger.size == 0 and st is not None:
             self.inode = st.inode  # an empty history holds nothing to lose: any file is ours
         if change is not LocalChange.SHRUNK:
@@ -791,11 +784,8 @@ class FileMachine:
         elif self.mode is not Mode.ADOPTING:
             # The same question as for the writer's own bytes: is our history still a prefix
             # of the file, at the inode we describe, with nothing unrecorded past our end?
-            stat_now = (st.dev, st.ino, st.size, st.mtime_ns) if st else None
+            change = localfile.judge_file(ledger, self.inode, None, snap)
             got = first_read(snap)
-            tail = (ledger.matches_end(got[: ledger.size - ledger.recheck_start()])
-                    if st is not None and st.size >= ledger.size else None)
-            change = judge_local(ledger.size, self.inode, None, stat_now, tail)
             past_end = st is not None and st.size > ledger.size
             if change is not LocalChange.NONE:
                 if not ev.retried:
@@ -834,24 +824,10 @@ class FileMachine:
                 return  # while syncs fail: dropped, anti-entropy asks for it again
             self.intent = (peer, d.offset, d.end, ledger.digest_with(d.data).hex())
             out.append(self._persist_record(durable=True))
-        if d.offset // PAGE != (d.end - 1) // PAGE:
-            # A write() that a kill or a power loss may cut short mid-line (an intent vouches
-            # only for the whole piece): say so first, with the piece's digest. Not synced:
-            # an fsync per frame doubled the replication lag (docs/design.md). A power loss
-            # may keep some of the piece's pages and drop the note; bytes past our end without
-            # one are then taken for a local writer's torn line: a false divergence, frozen
-            # until `adopt` (issue #23 case 9, accepted), never a splice. Up to this piece's
-            # end only: a wider range (a fetch's window) would vouch for a local writer's torn
-            # line after it (the simulator found one). From the start of the line it
-            # continues, if that line is unfinished here (a restart counts whole lines only,
-            # so bytes of ours before this piece would sit past our end too), and from the
-            # first byte not yet synced: a power loss may cut any unsynced append, not only
-            # this one (seed 3164 of the simulator with power cuts that keep a page-cut tail).
-            start = ledger.open_line_start
-            first = min(d.offset if start is None else min(start, d.offset),
-                        max(0, ledger.size - self.unsynced))
-            self.appending = (peer, first, d.offset, d.end, hashlib.sha256(d.data).hexdigest())
-            out.append(NoteAppending(self.appending))
+        note = localfile.append_note(ledger, d, self.unsynced, peer)
+        if note is not None:  # a write a kill or a power loss may cut short: said first
+            self.appending = note
+            out.append(NoteAppending(note))
         out.append(Append(d.offset, d.data, self.inode if st is not None else None, peer))
 
     def _torn_local_line(self, peer: str, local: bytes, ours: bool, now: float, wall: float,
