@@ -2,7 +2,8 @@
 (ReadPlan, Snapshot), the events it hands over, and the effects the machine returns.
 
 Small frozen dataclasses, no behaviour beyond a property or two: the decisions are all in
-`filemachine/`, the I/O in `daemon/filetask.py` (and in the simulator's shell, `tests/sim/world.py`).
+`filemachine/`, the I/O in `daemon/filetask.py` (and in the simulator's shell,
+`tests/sim/world.py`).
 """
 
 from __future__ import annotations
