@@ -43,12 +43,12 @@ from syncd.core.events import (
     PeerRequest,
     peer_event,
 )
+from syncd.core.filemachine import Tuning
 from syncd.core.frames import Channel, FrameError, Kind
 from syncd.core.freshness import ACTIVE_FOR, BEAT_INTERVAL, IDLE_BEAT, PeerStreams, ReplayGuard
 from syncd.core.identity import Identity, IdentityError
 from syncd.core.keyspace import KeySpace
 from syncd.core.ledger import BLOCK, DIGEST_SIZE
-from syncd.core.machine import Tuning
 from syncd.core.names import printable
 from syncd.core.oslimits import shortfalls
 from syncd.core.pairkeys import PairKeyError, PairKeys
