@@ -5,6 +5,10 @@ per file takes one event at a time: it reads what the machine's plan names (stat
 through one descriptor), hands the event and the snapshot to the machine, and carries out the
 effects in order, feeding each result (appended, synced, rehashed, archived) straight back,
 so that a local append, a peer's bytes and a peer's request never race each other.
+
+Beside it: when the file's log checks run (logchecks.py), and the facts its READY is decided
+on (readyfacts.py). A watcher hint comes in as changed(): our own append is no news, anything
+else goes through the host's commit gate (window.py), which calls hint_local() back.
 """
 
 from __future__ import annotations
