@@ -80,7 +80,6 @@ from syncd.core.spot import Spot
 from syncd.daemon import logoutput, readyfacts
 from syncd.daemon.logchecks import LogChecks
 from syncd.daemon.readyfacts import FactsHost, Unhandled
-from syncd.daemon.window import CommitGate
 from syncd.disk import logfile, tree
 from syncd.disk.archive import archive_copy
 from syncd.disk.groupsync import GroupSync
@@ -94,20 +93,33 @@ LOOK, DRAINED, SYNCED, TICK = Look(), Drained(), Synced(), Tick()
 INLINE_SYNC_BYTES = 64 * 1024  # below this, a lone busy file's sync may be waited for
 
 
+class Commits(Protocol):
+    """The host's commit gate, as a file sees it (window.py CommitGate)."""
+
+    def offer(self, thing: FileTask) -> None:
+        """The file changed: its look starts now, after the batch window, or after the one
+        under way (the gate then calls FileTask.hint_local)."""
+
+    def done(self, thing: FileTask) -> None:
+        """The file's look is over: the next may start."""
+
+
 class HostServices(FactsHost, Protocol):
     """What a file task needs from the host that owns it."""
 
     node: str
     records: RecordFiles
-    # The files with work waiting or under way: each file adds and removes itself.
-    busy_files: set[FileTask]
-    # Local changes pass here before a look (daemon/window.py): each file offers itself,
-    # and says when its look is over.
-    commits: CommitGate[FileTask]
     syncer: GroupSync
     state_dir: Path
     presence: dict[str, bool]
     holdings: Holdings  # what peers' queued events hold here (docs/peer-limits.md)
+    # The files with work waiting or under way: each file adds and removes itself.
+    busy_files: set[FileTask]
+
+    @property
+    def commits(self) -> Commits:
+        """Local changes pass here before a look: each file offers itself, and says when its
+        look is over."""
 
     def tuning(self) -> Tuning: ...
 
