@@ -132,9 +132,6 @@ class Host:
     def flush(self) -> None:
         self.outbound.flush()
 
-    def wire_version(self, node: str) -> int | None:
-        return self.heard.wire_version(node)
-
     def role_of(self, key: str) -> str:
         return self.config.role_of(key)
 
@@ -146,18 +143,6 @@ class Host:
 
     # The tuning values are read from the config each time (never copied), so that a reload
     # has one place to change.
-    @property
-    def chunk_bytes(self) -> int:
-        return self.config.chunk_bytes
-
-    @property
-    def fetch_window(self) -> int:
-        return self.config.fetch_window_bytes
-
-    @property
-    def busy(self) -> int:
-        return len(self.busy_files)
-
     def tuning(self) -> Tuning:
         c = self.config
         return Tuning(chunk_bytes=c.chunk_bytes, fetch_window=c.fetch_window_bytes,
