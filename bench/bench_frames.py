@@ -120,14 +120,19 @@ def sign_only(size: int, rounds: int) -> tuple[float, float, int]:
     return sign * 1e6, check * 1e6, len(raw)
 
 
+# What main() and bench/run_all.py measure: each wire version, at these items per frame.
+VERSIONS = (("5 signed", signed), ("6 sealed, 2 rcpt", sealed_for_two))
+BATCHES = (1, 10, 100)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3000)
     args = parser.parse_args()
     print(f"{'version':>20} {'items/frame':>11} {'bytes':>7} {'sender µs':>10} "
           f"{'recipient µs':>13} {'per item µs':>12}")
-    for name, measure in (("5 signed", signed), ("6 sealed, 2 rcpt", sealed_for_two)):
-        for items in (1, 10, 100):
+    for name, measure in VERSIONS:
+        for items in BATCHES:
             enc, dec, size = measure(items, max(args.rounds // items, 50))
             print(f"{name:>20} {items:>11} {size:>7} {enc:>10.1f} {dec:>13.1f} "
                   f"{(enc + dec) / items:>12.1f}")

@@ -170,19 +170,31 @@ def run_verify(plan: Plan) -> dict[str, Any]:
             "command": "python " + " ".join(cmd[1:])}
 
 
+# The floor's protection: what wire version 6 (syncd/core/sealed.py) does per frame, AES-GCM
+# under a key wrapped per recipient (version 5's Ed25519: `python -m bench.bench_floor`).
+FLOOR_CRYPTO = "aes-gcm"
+
+
 def run_floor(root: Path, plan: Plan) -> dict[str, Any]:
-    """The floor: CPU per write and catch-up of a bare paho + Ed25519 pipeline, the standby
+    """The floor: CPU per write and catch-up of a bare paho + AES-GCM pipeline, the standby
     reading through paho, then reading the socket itself."""
     out: dict[str, Any] = {}
     for raw in (False, True):
         reader = "own reader" if raw else "paho"
         out[reader] = {
             "per_write": bench_floor.per_write(root / f"w-{raw}", 500, plan.floor_seconds,
-                                               0.01, raw),
+                                               0.01, raw, FLOOR_CRYPTO),
             "catchup": bench_floor.catchup(root / f"c-{raw}", plan.floor_catchup_mb,
-                                           256 * 1024, raw),
+                                           256 * 1024, raw, FLOOR_CRYPTO),
         }
     return out
+
+
+def run_frames(plan: Plan) -> dict[tuple[str, int], tuple[float, float, int]]:
+    """bench_frames' figures: (wire version, items per frame) -> (sender µs, recipient µs,
+    frame bytes)."""
+    return {(version, items): measure(items, max(plan.frame_rounds // items, 50))
+            for version, measure in bench_frames.VERSIONS for items in bench_frames.BATCHES}
 
 
 class Suite:
@@ -255,9 +267,7 @@ class Suite:
             keys: bench_busy.busy(keys, d / str(keys), p.busy_seconds, p.busy_grace)
             for keys in p.busy_keys})
         self.step("floor", lambda d: run_floor(d, p))
-        self.step("frames", lambda d: {
-            items: bench_frames.measure(items, max(p.frame_rounds // items, 50))
-            for items in (1, 10, 100)})
+        self.step("frames", lambda d: run_frames(p))
 
 
 # --- the report -----------------------------------------------------------------------------
@@ -421,9 +431,10 @@ class Report:
     def frame_rows(self) -> list[list[str]]:
         fr = self.get("frames")
         if fr is None:
-            return [["frames", f"failed: {self.errors.get('frames')}", "", "", ""]]
-        return [[str(items), f"{size:,}".replace(",", " "), f"{enc:.0f} µs", f"{dec:.0f} µs",
-                 f"{(enc + dec) / items:.0f} µs"] for items, (enc, dec, size) in fr.items()]
+            return [["frames", f"failed: {self.errors.get('frames')}", "", "", "", ""]]
+        return [[version, str(items), f"{size:,}".replace(",", " "), f"{enc:.1f} µs",
+                 f"{dec:.1f} µs", f"{(enc + dec) / items:.1f} µs"]
+                for (version, items), (enc, dec, size) in fr.items()]
 
     def syncd_rows(self, step: str, what: str, rate: int, n: int) -> list[list[str]]:
         r = self.get(step)
@@ -619,18 +630,21 @@ class Report:
         out += ["", "## The floor of the stack", "",
                 "`bench/bench_floor.py`: the same two measurements for a pipeline with none of "
                 "syncd's logic, only the work every copy must do. At 500 writes/s the writer "
-                "wakes every 10 ms, reads what was appended, fdatasyncs it, signs it (Ed25519 "
-                "over its SHA-256, as syncd/core/frames.py) and publishes it through paho; the "
-                "standby verifies, appends and fdatasyncs. The catch-up sends 256 KiB pieces of a "
+                "wakes every 10 ms, reads what was appended, fdatasyncs it, seals it (AES-GCM "
+                "under a key wrapped for the standby, as wire version 6 does: "
+                "syncd/core/sealed.py) and publishes it through paho; the standby opens it, "
+                "appends and fdatasyncs. The catch-up sends 256 KiB pieces of a "
                 f"{p.floor_catchup_mb} MB file. Each runs twice: the standby reading through "
                 "paho, then reading the socket itself.", "",
                 table(["standby reads with", "CPU per write, writer", "CPU per write, standby",
                        "catch-up"], self.floor_rows()), "",
                 "## Frames", "",
-                "`python -m bench.bench_frames`: one frame signed (Ed25519) and verified, with "
-                "1, 10 and 100 live items of one Ishiki line each.", "",
-                table(["items per frame", "frame bytes", "encode + sign", "verify + decode",
-                       "per item"], self.frame_rows())]
+                "`python -m bench.bench_frames`: one frame with 1, 10 and 100 live items of "
+                "one Ishiki line each, in wire version 5 (the sender encodes and signs it with "
+                "Ed25519, the recipient verifies and decodes it) and in version 6 (sealed for "
+                "two recipients, opened by one).", "",
+                table(["wire version", "items per frame", "frame bytes", "sender",
+                       "recipient", "per item"], self.frame_rows())]
         out += ["", "## Commands", "",
                 f"- the suite: `{' '.join(self.argv)}` (`--quick` for a short smoke run; "
                 "`--profile DIR` to attach py-spy). Each part runs alone too: "

@@ -131,7 +131,7 @@ def command(keys: tuple[str, ...], config_path: Path, as_json: bool, ready_keys:
 
 
 def _resources(status: dict[str, Any]) -> list[str]:
-    """Conflicts, refusals and transfers of the instances' resources/ (core/resources.py)."""
+    """Conflicts, refusals and transfers of the instances' resources/ (core/resources/)."""
     wanted = {f["key"] for f in status["files"]}
     lines: list[str] = []
     for r in status.get("resources", []):

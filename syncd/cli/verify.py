@@ -21,7 +21,8 @@ from syncd.cli.common import DEFAULT_CONFIG, KeyCommand, key_config_option
 from syncd.config import ConfigError, load_config
 from syncd.core.errors import SyncdError
 from syncd.core.framecheck import Checker, checker_for
-from syncd.core.logcheck import Problem, ProblemKind, Report, with_problems
+from syncd.core.logcheck import with_problems
+from syncd.core.logreport import Problem, ProblemKind, Report
 from syncd.core.recordkinds import kind_for
 from syncd.core.refs import required
 from syncd.core.roots import KeyPathError

@@ -22,3 +22,7 @@ class FileReplaced(SyncdError):
 
 class ConcurrentWrite(SyncdError):
     """The file changed size under us while appending: someone else writes to it."""
+
+
+class FrameError(SyncdError, ValueError):
+    """A topic or payload that is not a valid syncd frame (frames.py, topics.py, items.py)."""

@@ -25,7 +25,8 @@ from typing import Any
 import orjson
 
 from syncd.core import recordkinds
-from syncd.core.logcheck import LogChecker, Problem, ProblemKind, Report, with_problems
+from syncd.core.logcheck import LogChecker, with_problems
+from syncd.core.logreport import Problem, ProblemKind, Report
 from syncd.core.zstdframes import FrameScanner
 
 try:

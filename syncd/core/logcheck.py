@@ -3,7 +3,8 @@
 Everything the checks need to remember lives in LogChecker, so that the same object serves a
 one-off `syncd verify` over a whole file and, later, the daemon feeding appended bytes as they
 arrive and saving the checker's state across restarts. No files, no clock, no printing: bytes
-in, a Report out. The caller does the reading and decides what to show.
+in, a Report out. The caller does the reading and decides what to show. The Report and the
+kinds of Problem are core/logreport.py.
 
 Theory of operation
 -------------------
@@ -27,7 +28,7 @@ The checks that need memory keep only per-turn and per-id bookkeeping:
   terminal event turn.done / turn.failed / turn.aborted seen). turn.start must be the first
   entry of its turn and the terminal event its last, with the exceptions below;
 - assistant tool calls waiting for a later result with the same toolCallId;
-- the ids of all entries (as 64-bit digests, see _id_digest) and the compacts whose anchor
+- the ids of all entries (as 64-bit digests, core/idset.py) and the compacts whose anchor
   (data.lastEntryId) had not been seen when they were read: an anchor may name any entry of
   the file, so a missing one is only known when report() is asked.
 Problems found line by line are recorded as they happen (the first MAX_LISTED of each kind,
@@ -90,20 +91,23 @@ image) leaves no trace in the file: no check can find it.
 from __future__ import annotations
 
 import base64
-import bisect
 import dataclasses
-import hashlib
 import sys
-import time
-from array import array
 from collections.abc import Mapping
-from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 import orjson
 
 from syncd.core.dshcheck import DshTrace, looks_dsh
+from syncd.core.idset import IdSet, id_digest, pack_ids, unpack_ids
+from syncd.core.logreport import (
+    PendingCall,
+    Problem,
+    ProblemKind,
+    Report,
+    TurnInProgress,
+    listing_order,
+)
 from syncd.core.refs import line_refs
 
 STATE_VERSION = 5  # 5: the dsh-session trace (core/dshcheck.py)
@@ -117,7 +121,6 @@ TURN_TERMINALS = ("turn.done", "turn.failed", "turn.aborted")
 TURN_EVENTS = (TURN_START, *TURN_TERMINALS)
 COMPACT_TYPES = frozenset({"ishiki.compact", "ishiki.chat.compact"})
 IMAGES_TYPE = "ishiki.images"
-PENDING_SHOWN = 3  # pending tool calls named one by one in the notes
 # Entries the seed says may be written after their turn's terminal event (see the header).
 LATE_PROJECTION_TYPES = frozenset({"ishiki.narrative"})
 
@@ -133,231 +136,6 @@ TOOL_RESULT_PART_TYPES = frozenset(
 TOOL_RESULT_ROLES = frozenset({"tool", "toolResult"})
 _CALL_ID_KEYS = ("toolCallId", "tool_call_id", "id", "call_id")
 _RESULT_ID_KEYS = ("toolCallId", "tool_call_id", "tool_use_id", "call_id")
-
-
-class ProblemKind(StrEnum):
-    # Declaration order is the report order for problems on the same line.
-    INVALID_JSON = "invalid_json"
-    NOT_OBJECT = "not_object"
-    TURN_WITHOUT_START = "turn_without_start"
-    TURN_START_NOT_FIRST = "turn_start_not_first"
-    DUPLICATE_TURN_START = "duplicate_turn_start"
-    OPEN_TURN = "open_turn"
-    ENTRY_AFTER_TURN_END = "entry_after_turn_end"
-    UNPAIRED_TOOL_CALL = "unpaired_tool_call"
-    MISSING_ANCHOR = "missing_anchor"
-    MISSING_IMAGES_RECORD = "missing_images_record"
-    MISSING_RESOURCE = "missing_resource"
-    # dsh-session files (core/dshcheck.py)
-    MISSING_HEADER = "missing_header"
-    HEADER_NOT_FIRST = "header_not_first"
-    NOT_EVENT = "not_event"
-    SEQ_NOT_INCREASING = "seq_not_increasing"
-    SEQ_GAP = "seq_gap"
-    TURN_NUMBER = "turn_number"
-    STEP_NUMBER = "step_number"
-    OUTSIDE_TURN = "outside_turn"
-    OUTSIDE_STEP = "outside_step"
-    OPEN_STEP = "open_step"
-    TOOL_RESULT_WITHOUT_CALL = "tool_result_without_call"
-    DAMAGED_FRAME = "damaged_frame"  # a `.zstd` log's frame that does not decompress
-    TORN_TAIL = "torn_tail"
-
-
-_KIND_ORDER = {kind: rank for rank, kind in enumerate(ProblemKind)}
-
-
-@dataclass(frozen=True)
-class Problem:
-    kind: ProblemKind
-    line: int  # 1-based, like awk NR
-    offset: int  # byte offset of the line's first byte
-    message: str
-    detail: str | None = None  # the parser's own words; they vary between orjson versions
-    turn_id: str | None = None
-    tool_call_id: str | None = None
-    anchor: str | None = None
-    reference: str | None = None  # missing_resource: the artifact:// or asset:// reference
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "kind": str(self.kind),
-            "line": self.line,
-            "offset": self.offset,
-            "message": self.message,
-        }
-        for name in ("detail", "turn_id", "tool_call_id", "anchor", "reference"):
-            value = getattr(self, name)
-            if value is not None:
-                out[name] = value
-        return out
-
-
-@dataclass(frozen=True)
-class TurnInProgress:
-    """The last turn started and not ended yet: a live log's normal state, not a problem."""
-
-    turn_id: str
-    line: int  # of its turn.start
-    offset: int
-    timestamp: int | float | None  # the turn.start entry's timestamp (ms since the epoch)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"turn_id": self.turn_id, "line": self.line, "offset": self.offset,
-                "timestamp": self.timestamp}
-
-
-@dataclass(frozen=True)
-class PendingCall:
-    """A tool call of the turn in progress still waiting for its result: information."""
-
-    tool_call_id: str
-    tool: str | None
-    turn_id: str
-    line: int  # of the assistant message
-    offset: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {"tool_call_id": self.tool_call_id, "tool": self.tool, "turn_id": self.turn_id,
-                "line": self.line, "offset": self.offset}
-
-
-@dataclass(frozen=True)
-class Report:
-    bytes_checked: int  # every byte fed, the torn tail included
-    lines: int  # complete (newline-terminated) lines
-    blank_lines: int
-    entries: int  # lines that are JSON objects
-    problems: tuple[Problem, ...]  # ordered by line; at most MAX_LISTED of each kind
-    problem_counts: Mapping[str, int]  # exact, by kind, only kinds that occur
-    turn_events: Mapping[str, int]  # the four persisted turn events, all four keys
-    entry_types: Mapping[str, int]  # `jq -r .type | sort | uniq -c`
-    message_types: Mapping[str, int]  # `select(.type=="message") | .data.type // .data.role`
-    # Information, not problems (see the header): entries after their turn's end that the seed
-    # allows, by type, and the turn in progress at the tail.
-    late_projections: Mapping[str, int] = dataclasses.field(default_factory=dict)
-    turn_in_progress: TurnInProgress | None = None
-    pending_tool_calls: tuple[PendingCall, ...] = ()  # of the turn in progress, by line
-    extra_notes: tuple[str, ...] = ()
-    # A dsh-session file (core/dshcheck.py): its events, turns, steps and tool calls.
-    dsh: Mapping[str, int] | None = None
-
-    @property
-    def clean(self) -> bool:
-        return not self.problem_counts
-
-    @property
-    def notes(self) -> list[str]:
-        """The information above in words (status and verify print these)."""
-        out = []
-        if self.turn_in_progress is not None:
-            t = self.turn_in_progress
-            out.append(f"turn {t.turn_id} in progress since line {t.line}"
-                       + (f" ({_ms_text(t.timestamp)})" if t.timestamp is not None else ""))
-        pending = self.pending_tool_calls
-        if len(pending) > PENDING_SHOWN:
-            lines = ", ".join(str(p.line) for p in pending[:PENDING_SHOWN])
-            out.append(f"{len(pending)} tool calls of the turn in progress wait for their "
-                       f"results (lines {lines} ...)")
-        else:
-            for p in pending:
-                tool = f" ({p.tool})" if p.tool is not None else ""
-                out.append(f"tool call {p.tool_call_id}{tool} at line {p.line} waits for its "
-                           "result (its turn is in progress)")
-        for kind, count in self.late_projections.items():
-            out.append(f"late {kind} entries: {count} (written after their turn ended, "
-                       "as the seed allows)")
-        out.extend(self.extra_notes)
-        return out
-
-    @property
-    def problem_total(self) -> int:
-        return sum(self.problem_counts.values())
-
-    @property
-    def unlisted(self) -> int:
-        return self.problem_total - len(self.problems)
-
-    def to_json(self) -> dict[str, Any]:
-        out = {
-            "clean": self.clean,
-            "bytes": self.bytes_checked,
-            "lines": self.lines,
-            "blank_lines": self.blank_lines,
-            "entries": self.entries,
-            "problem_total": self.problem_total,
-            "problem_counts": dict(self.problem_counts),
-            "problems": [problem.to_json() for problem in self.problems],
-            "turn_events": dict(self.turn_events),
-            "entry_types": dict(self.entry_types),
-            "message_types": dict(self.message_types),
-            "late_projections": dict(self.late_projections),
-            "turn_in_progress": (self.turn_in_progress.to_json()
-                                 if self.turn_in_progress is not None else None),
-            "pending_tool_calls": [p.to_json() for p in self.pending_tool_calls],
-            "notes": self.notes,
-        }
-        if self.dsh is not None:  # a dsh-session file only: Ishiki reports stay as they were
-            out["dsh"] = dict(self.dsh)
-        return out
-
-
-def _ms_text(ms: int | float) -> str:
-    try:
-        return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(ms / 1000))
-    except (OverflowError, OSError, ValueError):
-        return str(ms)
-
-
-def _id_digest(entry_id: str) -> int:
-    # Ids are kept as 64-bit digests: 8 bytes each in the saved state instead of a 36-character
-    # UUID, at the price of a ~n/2^64 chance that a missing anchor goes unnoticed.
-    digest = hashlib.blake2b(entry_id.encode("utf-8", "surrogatepass"), digest_size=8).digest()
-    return int.from_bytes(digest, "little")
-
-
-class _IdSet:
-    """A set of 64-bit id digests in 8 bytes each (a Python set costs ~70): a host keeps one
-    per replicated file, and thousands of files of thousands of entries add up."""
-
-    __slots__ = ("_recent", "_sorted")
-    _MERGE_AT = 1024
-
-    def __init__(self, ids: array[int] | None = None) -> None:
-        self._sorted = array("Q", sorted(ids or ()))
-        self._recent: set[int] = set()
-
-    def add(self, digest: int) -> None:
-        self._recent.add(digest)
-        # Merge when the recent set reaches an eighth of the sorted part: O(n log n) in all,
-        # while the set (the expensive part per id) stays small.
-        if len(self._recent) >= max(self._MERGE_AT, len(self._sorted) >> 3):
-            self._sorted = array("Q", sorted(self._sorted + array("Q", self._recent)))
-            self._recent = set()
-
-    def __contains__(self, digest: int) -> bool:
-        if digest in self._recent:
-            return True
-        i = bisect.bisect_left(self._sorted, digest)
-        return i < len(self._sorted) and self._sorted[i] == digest
-
-    def all(self) -> array[int]:
-        return self._sorted + array("Q", self._recent)
-
-
-def _pack_ids(ids: _IdSet) -> bytes:
-    packed = ids.all()
-    if sys.byteorder == "big":
-        packed.byteswap()  # saved little-endian, so that a state file moves between hosts
-    return packed.tobytes()
-
-
-def _unpack_ids(blob: bytes) -> _IdSet:
-    packed = array("Q")
-    packed.frombytes(blob)
-    if sys.byteorder == "big":
-        packed.byteswap()
-    return _IdSet(packed)
 
 
 def _jq_text(value: Any) -> str:
@@ -433,8 +211,8 @@ class LogChecker:
         # [turn id, timestamp of its turn.start] of the turn started last
         self._last_start: list[Any] | None = None
         self._tool_calls: dict[str, list[_CallSite]] = {}
-        self._entry_ids = _IdSet()
-        self._shown_images = _IdSet()  # keys any ishiki.images record showed (as digests)
+        self._entry_ids = IdSet()
+        self._shown_images = IdSet()  # keys any ishiki.images record showed (as digests)
         self._anchors: list[_AnchorSite] = []
         self._recorded: list[Problem] = []
         self._recorded_counts: dict[str, int] = {}
@@ -556,7 +334,7 @@ class LogChecker:
 
         entry_id = entry.get("id")
         if type(entry_id) is str:
-            self._entry_ids.add(_id_digest(entry_id))
+            self._entry_ids.add(id_digest(entry_id))
 
         data = entry.get("data")
         turn_id = entry.get("turnId")
@@ -574,7 +352,7 @@ class LogChecker:
                     turn_id = data.get("turnId")  # the event itself names its turn too
         elif entry_type in COMPACT_TYPES:
             anchor = data.get("lastEntryId") if type(data) is dict else None
-            if type(anchor) is not str or _id_digest(anchor) not in self._entry_ids:
+            if type(anchor) is not str or id_digest(anchor) not in self._entry_ids:
                 self._anchors.append(
                     (line, offset, entry_type, anchor if type(anchor) is str else None)
                 )
@@ -592,11 +370,11 @@ class LogChecker:
         if type(shown) is list:
             for key in shown:
                 if type(key) is str:
-                    self._shown_images.add(_id_digest(key))
+                    self._shown_images.add(id_digest(key))
         if type(released) is not list:
             return
         unshown = [key for key in released
-                   if type(key) is str and _id_digest(key) not in self._shown_images]
+                   if type(key) is str and id_digest(key) not in self._shown_images]
         if unshown:
             more = f" (and {len(unshown) - 1} more)" if len(unshown) > 1 else ""
             self._record(Problem(
@@ -803,7 +581,7 @@ class LogChecker:
                     )
                 )
         for line, offset, entry_type, anchor in self._anchors:
-            if anchor is not None and _id_digest(anchor) in self._entry_ids:
+            if anchor is not None and id_digest(anchor) in self._entry_ids:
                 continue  # it named an entry further down the file
             message = (
                 f"{entry_type} has no lastEntryId"
@@ -824,7 +602,7 @@ class LogChecker:
             per_kind[problem.kind] = per_kind.get(problem.kind, 0) + 1
             if per_kind[problem.kind] <= MAX_LISTED:
                 listed.append(problem)
-        listed.sort(key=lambda p: (p.line, _KIND_ORDER[p.kind], p.message))
+        listed.sort(key=listing_order)
 
         return Report(
             bytes_checked=self._offset + self._pending_size,
@@ -884,8 +662,8 @@ class LogChecker:
             "late_projections": self._late_projections,
             "last_start": self._last_start,
             "tool_calls": self._tool_calls,
-            "entry_ids": base64.b64encode(_pack_ids(self._entry_ids)).decode(),
-            "shown_images": base64.b64encode(_pack_ids(self._shown_images)).decode(),
+            "entry_ids": base64.b64encode(pack_ids(self._entry_ids)).decode(),
+            "shown_images": base64.b64encode(pack_ids(self._shown_images)).decode(),
             "anchors": self._anchors,
             "recorded": [problem.to_json() for problem in self._recorded],
             "recorded_counts": self._recorded_counts,
@@ -923,8 +701,8 @@ class LogChecker:
             call_id: [(s[0], s[1], s[2], s[3]) for s in sites]
             for call_id, sites in state["tool_calls"].items()
         }
-        checker._entry_ids = _unpack_ids(base64.b64decode(state["entry_ids"]))
-        checker._shown_images = _unpack_ids(base64.b64decode(state["shown_images"]))
+        checker._entry_ids = unpack_ids(base64.b64decode(state["entry_ids"]))
+        checker._shown_images = unpack_ids(base64.b64decode(state["shown_images"]))
         checker._anchors = [(a[0], a[1], a[2], a[3]) for a in state["anchors"]]
         checker._recorded = [
             Problem(
@@ -953,7 +731,7 @@ def with_problems(report: Report, extra: list[Problem], notes: list[str]) -> Rep
     for p in extra:
         counts[p.kind] = counts.get(p.kind, 0) + 1
     listed = sorted([*report.problems, *extra[:MAX_LISTED]],
-                    key=lambda p: (p.line, _KIND_ORDER[p.kind], p.message))
+                    key=listing_order)
     return dataclasses.replace(
         report, problems=tuple(listed),
         problem_counts={str(k): counts[k] for k in ProblemKind if k in counts},

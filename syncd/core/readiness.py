@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from syncd.core.logcheck import Report
+from syncd.core.logreport import Report
 
 # --- the one definition of READY ---------------------------------------------------------
 
@@ -80,7 +80,7 @@ class Facts:
     note: str | None = None  # a local edit noticed (status "note")
     peers: tuple[PeerFacts, ...] = ()
     node: str = ""  # this host's name, as the peers name it in their divergences
-    # Files under resources/ that the log references and this host lacks (resources.py
+    # Files under resources/ that the log references and this host lacks (core/resources/
     # ResourceMachine.missing), referenced files no host holds, and write-once conflicts.
     missing_resources: tuple[str, ...] = ()
     unheld_resources: int = 0

@@ -29,7 +29,8 @@ from pathlib import Path
 import orjson
 
 from syncd.core.framecheck import Checker, checker_for, checker_from_state
-from syncd.core.logcheck import LogChecker, Report
+from syncd.core.logcheck import LogChecker
+from syncd.core.logreport import Report
 from syncd.core.recordkinds import LINES
 from syncd.daemon import longline
 from syncd.disk import logfile

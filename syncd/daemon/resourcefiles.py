@@ -1,6 +1,6 @@
 """The shell around one instance's ResourceMachine: scans resources/, hashes, writes, serves.
 
-Every decision is the machine's (core/resources.py); this file only does the I/O it asks for,
+Every decision is the machine's (core/resources/); this file only does the I/O it asks for,
 and every file and directory below resources/ is reached through descriptors, from the
 instance's root one level at a time with no symbolic link followed (disk/tree.py): the local
 bot owns these directories and may swap any of them for a link at any moment, timed by inotify.

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from syncd.cli.status import ready_report, render
-from syncd.core.logcheck import LogChecker, Report
+from syncd.core.logcheck import LogChecker
+from syncd.core.logreport import Report
 from syncd.core.readiness import (
     CHECK_GRACE,
     PEERS_SETTLE,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from syncd.core.logcheck import LogChecker, Report
+from syncd.core.logcheck import LogChecker
+from syncd.core.logreport import Report
 from tests.support.dsh_histories import HEADER, Record, ev, lines, result
 
 

@@ -28,7 +28,8 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from syncd.core.logcheck import LogChecker, Report
+from syncd.core.logcheck import LogChecker
+from syncd.core.logreport import Report
 from syncd.core.readiness import Facts, PeerFacts, Readiness, decide
 from tests.support.ishiki_histories import DAMAGES, Damage, History, histories
 

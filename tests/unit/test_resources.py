@@ -1,4 +1,4 @@
-"""The pure resource machine (syncd/core/resources.py): scripted events in, expected effects out."""
+"""The pure resource machine (syncd/core/resources/): scripted events in, expected effects out."""
 
 from __future__ import annotations
 

@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from syncd.core import logcheck as verify
-from syncd.core.logcheck import LogChecker, Problem, ProblemKind, Report, TurnInProgress
+from syncd.core.logcheck import LogChecker
+from syncd.core.logreport import PendingCall, Problem, ProblemKind, Report, TurnInProgress
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "verify"
 T1 = "e061c676-0701-4e5c-b2c8-565cf9462c91"
@@ -434,8 +435,8 @@ def test_a_tool_call_waiting_for_its_result_in_the_turn_in_progress_is_a_note() 
     report = check(prefix + call)
     assert report.clean
     assert report.pending_tool_calls == (
-        verify.PendingCall("c1", "read", T1, 4, len(prefix)),
-        verify.PendingCall("c2", "grep", T1, 4, len(prefix)),
+        PendingCall("c1", "read", T1, 4, len(prefix)),
+        PendingCall("c2", "grep", T1, 4, len(prefix)),
     )
     assert report.notes[1:] == [
         "tool call c1 (read) at line 4 waits for its result (its turn is in progress)",

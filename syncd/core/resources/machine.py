@@ -1,63 +1,51 @@
-"""An instance's resources/ files as a pure machine: manifests and chunks in, effects out.
+"""The resources machine: one instance's manifest, its peers' and the transfers between them.
 
-The log's rule ("the longer tail wins") does not fit these files: they are not appended to.
-Their write patterns (docs/event-logs.md) give two other rules, stated here once, for local
-and remote copies alike:
-
-- WRITE-ONCE (blobs: an artifact, an asset's bytes): a name is written once, by a temp file and
-  a rename. A host that lacks the name fetches it whole. Two hosts holding different bytes
-  under one name are a CONFLICT: neither copy is replaced, both hosts show it (with the offset
-  of the first differing byte, found by comparing the peer's bytes with ours chunk by chunk),
-  exactly like a divergence of the log. It ends when the copies agree again (an operator moved
-  the wrong one away; the other is then fetched).
-- REPLACED (sidecars `<name>.json`, `<name>.view`): rewritten whole by its instance's writer.
-  Each version carries (stamp, origin): a Lamport count (one more than any version of that
-  name this host knew of, and at least the write's mtime in ms) and the host whose local
-  write made it. The highest version wins,
-  so a writer's newest replacement reaches every host, also after a failover; a version whose
-  origin is not among the key's `writers` (when set) never counts.
-- Anything else (temp files, names outside include) does not travel; see Rules.
-
-Theory of operation: each host keeps a manifest (name -> ResEntry: size, SHA-256, version) of
-the complete files it holds, and what it heard of each peer's. A summary (digest of the whole
-manifest) goes to everyone on change, on (re)connect, when a peer comes online and every
-SUM_INTERVAL; a peer whose summary is not one we were answered for is asked for its whole
-manifest. Entries that changed go to everyone at once. Per name the machine then decides: fetch
-(a window of chunks at a time, resumed from the last byte received after a timeout, from any
-online peer holding the same digest), adopt a higher version number for identical bytes,
-compare (a conflict), or nothing. The shell writes fetched bytes to a temp file and installs
-it whole: a write-once name without overwriting anything, a replaced one only over the version
-this machine last saw. Deletions are not propagated: a file deleted here is fetched back from a
-peer that still holds it (nothing is lost by syncd; the writer never deletes today).
-
-No files, sockets or clocks here: the shell (daemon/resourcefiles.py) and the simulator feed events
-with the time and carry out the effects.
+The rules it applies (write-once, replaced, who fetches what from whom) are the package's
+docstring (resources/__init__.py); its inputs and outputs are messages.py, which files count
+rules.py, and the manifests manifest.py.
 """
 
 from __future__ import annotations
 
-import fnmatch
-import functools
-import hashlib
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from enum import Enum
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 from syncd.core import frames
-from syncd.core.budget import Holdings
 from syncd.core.frames import Kind, ResEntry
 from syncd.core.refs import required
+from syncd.core.resources.manifest import (
+    PeerBounds,
+    PeerManifest,
+    entry_cost,
+    entry_hash,
+    in_parts,
+    wire_size,
+)
+from syncd.core.resources.messages import (
+    Compare,
+    Compared,
+    Conflict,
+    Connected,
+    Discard,
+    Effect,
+    Event,
+    Install,
+    Installed,
+    InstallFailed,
+    LocalFile,
+    LocalGone,
+    PeerItem,
+    PeerPresence,
+    Refused,
+    Save,
+    Send,
+    Serve,
+    ServeFailed,
+    Tick,
+    Write,
+)
+from syncd.core.resources.rules import FileKind, Rules, version
 
-DEFAULT_INCLUDE = ("artifacts/**", "assets/**")
-DEFAULT_EXCLUDE: tuple[str, ...] = ()
-DEFAULT_REPLACED = ("*.json", "*.view")
-# Always excluded, whatever the config says: the writer's temp files (`.<name>.<uuid>.tmp`,
-# `<name>.json.<uuid>.tmp`) and syncd's own (`.<name>.syncd.tmp`) are never complete files.
-TEMP_PATTERNS = ("*.tmp",)
-MAX_FILE_BYTES = 32 << 20
-# Directories below resources/ that a scan goes into ([resources] max_depth): Ishiki's deepest
-# is 2 (artifacts/shake/); a bot-made tree deeper than this is shown, not walked.
-MAX_DEPTH = 32
 # Files fetched at once per instance: one of any size, more (up to MAX_TRANSFERS) only while
 # what they all still need fits in one fetch window. Many small files go in parallel; big ones
 # keep at most a window in flight, as the log's fetch does: a broker drops what overflows a
@@ -70,297 +58,12 @@ SUM_INTERVAL = 30.0  # seconds between two summaries of an unchanged manifest (a
 # flips its presence hundreds of times (a new connection counter each time, well signed)
 # costs one pass per interval, not one pass over every name of every instance per flip.
 PRESENCE_PASS = 10.0
-ENTRIES_PER_ITEM = 2000
 # A transfer whose holder sends nothing is asked again after timeout x 2**misses, at most
 # BACKOFF x timeout: a listed host that announces files and never answers (64 transfers per
 # instance, hundreds of instances) is asked a few times a minute per file, not every 3 s.
 BACKOFF = 16
-# What one manifest entry heard from a peer costs here, in bytes (measured: ~220 besides its
-# name, as a ResEntry in a dict; names count twice, for non-ASCII text): charged to the
-# peer's Holdings while kept.
-ENTRY_COST = 240
-ENTRY_WIRE = 110  # bytes of an entry in a manifest sent, besides its name and origin
 REFUSED_SHOWN = 100  # files refused (too big) that are logged and shown, per instance
 MAX_OFFSETS = 4096  # first differences remembered, per instance (the oldest go first)
-
-
-def entry_cost(e: ResEntry) -> int:
-    return ENTRY_COST + 2 * (len(e.name) + len(e.origin))
-
-
-@dataclass
-class PeerBounds:
-    """What peers' manifests may hold here (docs/peer-limits.md): `max_files` entries per
-    peer's manifest of this instance, within each peer's Holdings; `refuse(peer, reason, n)`
-    counts what was refused."""
-
-    holdings: Holdings = field(default_factory=lambda: Holdings(1 << 62))
-    max_files: int = 1 << 62
-    refuse: Callable[[str, str, int], None] = lambda peer, reason, n: None
-
-    @property
-    def max_parts(self) -> int:
-        """Parts a whole manifest of at most `max_files` entries is sent in."""
-        return max(1, -(-self.max_files // ENTRIES_PER_ITEM))
-
-
-class FileKind(Enum):
-    ONCE = "once"
-    REPLACED = "replaced"
-
-
-def _match(name: str, pattern: str) -> bool:
-    # A pattern with a '/' is matched against the whole path (its `*` crosses '/', so
-    # `artifacts/**` is everything below artifacts/); one without, against the last component.
-    target = name if "/" in pattern else name.rsplit("/", 1)[-1]
-    return fnmatch.fnmatchcase(target, pattern)
-
-
-@dataclass(frozen=True)
-class Rules:
-    """Which files under resources/ replicate, and by which rule (config [resources])."""
-
-    include: tuple[str, ...] = DEFAULT_INCLUDE
-    exclude: tuple[str, ...] = DEFAULT_EXCLUDE
-    replaced: tuple[str, ...] = DEFAULT_REPLACED
-    max_file_bytes: int = MAX_FILE_BYTES
-    max_depth: int = MAX_DEPTH
-
-    def kind(self, name: str) -> FileKind | None:
-        """The rule for `name` (a path relative to resources/), None: it does not travel."""
-        if len(name) > CACHED_NAME:
-            return _rule(self, name)
-        return _kind(self, name)
-
-
-# Names up to this long are cached: peers announce names too, and the cache must not become
-# a way to hold their memory (at most ~5 MB).
-CACHED_NAME = 128
-
-
-@functools.lru_cache(maxsize=1 << 14)  # asked for every name at every sweep
-def _kind(rules: Rules, name: str) -> FileKind | None:
-    return _rule(rules, name)
-
-
-def _rule(rules: Rules, name: str) -> FileKind | None:
-    if frames.resource_name_problem(name) is not None:
-        return None
-    if name.count("/") > rules.max_depth:
-        # Deeper than our own scans go: no peer's name makes us create such a tree either.
-        return None
-    if any(_match(name, p) for p in TEMP_PATTERNS + rules.exclude):
-        return None
-    if not any(_match(name, p) for p in rules.include):
-        return None
-    return FileKind.REPLACED if any(_match(name, p) for p in rules.replaced) else FileKind.ONCE
-
-
-def version(e: ResEntry) -> tuple[int, str]:
-    return (e.stamp, e.origin)
-
-
-def _entry_hash(e: ResEntry) -> int:
-    line = f"{e.name}\0{e.size}\0{e.digest.hex()}\0{e.stamp}\0{e.origin}"
-    return int.from_bytes(hashlib.sha256(line.encode("utf-8", "surrogateescape")).digest(),
-                          "big")
-
-
-def manifest_digest(entries: Iterable[ResEntry]) -> bytes:
-    """The XOR of the entries' SHA-256: equal manifests, equal digests, and one entry's
-    change costs one hash (a sorted hash of the whole manifest cost O(n) per file fetched).
-    Peers are authenticated, so nobody crafts colliding manifests."""
-    acc = 0
-    for e in entries:
-        acc ^= _entry_hash(e)
-    return acc.to_bytes(32, "big")
-
-
-# --- events --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class LocalFile:
-    """The shell found a complete file here (new, or its stat changed) with these bytes."""
-
-    name: str
-    size: int
-    digest: bytes
-    mtime_ns: int = 0  # when it was written (a floor for a sidecar's version number)
-
-
-@dataclass(frozen=True, slots=True)
-class LocalGone:
-    name: str
-
-
-@dataclass(frozen=True, slots=True)
-class PeerItem:
-    """A resource item from a peer (frames.ResSum, ResList, ResHave, ResAsk, ResChunk,
-    ResRefuse)."""
-
-    peer: str
-    payload: frames.Payload
-
-
-@dataclass(frozen=True, slots=True)
-class PeerPresence:
-    peer: str
-    online: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Connected:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class Tick:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class Installed:
-    """A fetched file is in place under its name (`entry`: what was fetched)."""
-
-    entry: ResEntry
-
-
-@dataclass(frozen=True, slots=True)
-class InstallFailed:
-    """Not installed: the temp file's digest was wrong, or a local file took the name first."""
-
-    name: str
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class ServeFailed:
-    """A Serve was not carried out: the file is not what was announced any more (it changed,
-    or its path now goes through a link). The shell looks at it again; the asker is told."""
-
-    peer: str
-    name: str
-    digest: bytes
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Compared:
-    """Our bytes at the offset of a peer's chunk (Compare effect): the first difference, if any."""
-
-    name: str
-    theirs: bytes
-    end: int  # end of the range compared
-    differ_at: int | None
-
-
-Event = (LocalFile | LocalGone | PeerItem | PeerPresence | Connected | Tick | Installed
-         | InstallFailed | Compared | ServeFailed)
-
-
-# --- effects -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Send:
-    kind: Kind
-    payload: frames.Payload
-    to: str = ""  # "" for everyone
-
-
-@dataclass(frozen=True, slots=True)
-class Serve:
-    """Send `peer` chunks of our `name` (digest `digest`) covering [offset, offset + length)."""
-
-    peer: str
-    name: str
-    digest: bytes
-    size: int
-    offset: int
-    length: int
-
-
-@dataclass(frozen=True, slots=True)
-class Write:
-    """Write bytes at `offset` of the temp file for `name` (`fresh`: start it anew)."""
-
-    name: str
-    offset: int
-    data: bytes
-    fresh: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Install:
-    """Check the temp file's digest, make it durable and put it in place: without overwriting
-    (`expect` None), or only over the file this machine knows as `expect`."""
-
-    entry: ResEntry
-    expect: ResEntry | None
-
-
-@dataclass(frozen=True, slots=True)
-class Discard:
-    name: str
-
-
-@dataclass(frozen=True, slots=True)
-class Compare:
-    """Compare a peer's chunk with our bytes at its offset; answer with Compared."""
-
-    name: str
-    theirs: bytes
-    offset: int
-    data: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class Conflict:
-    """A write-once name differs from `peer`'s copy: log it (once per pair of digests)."""
-
-    name: str
-    peer: str
-    offset: int
-    ours: ResEntry
-    theirs: ResEntry
-
-
-@dataclass(frozen=True, slots=True)
-class Refused:
-    """A file that will not travel (too big): log it once."""
-
-    name: str
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Save:
-    pass
-
-
-Effect = Send | Serve | Write | Install | Discard | Compare | Conflict | Refused | Save
-
-
-# --- state ---------------------------------------------------------------------------------
-
-
-@dataclass
-class PeerManifest:
-    entries: dict[str, ResEntry] = field(default_factory=dict)
-    online: bool = False
-    heard: bytes | None = None  # its last summary
-    asked: bytes | None = None  # the summary we last asked its manifest for
-    asked_at: float = -1e18
-    answered: bytes | None = None  # the summary a whole manifest came for
-    # Parts of a whole manifest being received (part number -> entries): complete, it
-    # replaces `entries`, so a file the peer no longer holds leaves our view of it.
-    parts: dict[int, tuple[ResEntry, ...]] = field(default_factory=dict)
-    parts_of: int = 0  # how many parts that manifest has
-    awaiting: bool = False  # we asked for its whole manifest and it has not come whole yet
-    revisit: bool = False  # it came online: its names are looked at again (PRESENCE_PASS)
-    revisited_at: float = -1e18
-    held: int = 0  # bytes of entries and parts taken from the peer's Holdings
 
 
 @dataclass
@@ -390,7 +93,7 @@ class ConflictView:
 
 
 class ResourceMachine:
-    """One instance's resources on this host (see the module docstring)."""
+    """One instance's resources on this host (see the package docstring)."""
 
     def __init__(self, node: str, rules: Rules, writers: frozenset[str] | None = None, *,
                  chunk_bytes: int = 256 << 10, window: int = 4 << 20,
@@ -429,84 +132,18 @@ class ResourceMachine:
     def _set_local(self, e: ResEntry) -> None:
         old = self.local.get(e.name)
         if old is not None:
-            self._acc ^= _entry_hash(old)
-            self.manifest_bytes -= _wire(old)
+            self._acc ^= entry_hash(old)
+            self.manifest_bytes -= wire_size(old)
         self.local[e.name] = e
-        self._acc ^= _entry_hash(e)
-        self.manifest_bytes += _wire(e)
+        self._acc ^= entry_hash(e)
+        self.manifest_bytes += wire_size(e)
 
     def _drop_local(self, name: str) -> bool:
         old = self.local.pop(name, None)
         if old is None:
             return False
-        self._acc ^= _entry_hash(old)
-        self.manifest_bytes -= _wire(old)
-        return True
-
-    # -- a peer's view, within its bounds ---------------------------------------------------
-
-    def _put_entry(self, peer: str, view: PeerManifest, e: ResEntry) -> bool:
-        """Keep `e` in our view of `peer`'s manifest, if its bounds allow."""
-        old = view.entries.get(e.name)
-        if old is None and len(view.entries) >= self.bounds.max_files:
-            self.bounds.refuse(peer, "entries", 1)
-            return False
-        cost = entry_cost(e) - (entry_cost(old) if old is not None else 0)
-        if cost > 0 and not self.bounds.holdings.take(peer, cost):
-            self.bounds.refuse(peer, "peer_bytes", 1)
-            return False
-        if cost < 0:
-            self.bounds.holdings.give(peer, -cost)
-        view.entries[e.name] = e
-        view.held += cost
-        return True
-
-    def _drop_entry(self, peer: str, view: PeerManifest, name: str) -> None:
-        old = view.entries.pop(name, None)
-        if old is not None:
-            cost = entry_cost(old)
-            self.bounds.holdings.give(peer, cost)
-            view.held -= cost
-
-    def _drop_parts(self, peer: str, view: PeerManifest) -> None:
-        cost = sum(entry_cost(e) for part in view.parts.values() for e in part)
-        self.bounds.holdings.give(peer, cost)
-        view.held -= cost
-        view.parts = {}
-        view.parts_of = 0
-
-    def _add_part(self, peer: str, view: PeerManifest, part: int, parts: int,
-                  entries: tuple[ResEntry, ...]) -> bool:
-        """Keep one part of a whole manifest until all have come, within the bounds."""
-        if not view.awaiting:
-            # Nobody asked: a whole manifest answers our RLIST only (a late second answer
-            # to a repeated one is dropped too, harmlessly).
-            self.bounds.refuse(peer, "unasked", 1)
-            return False
-        if parts > self.bounds.max_parts:
-            # More parts than a manifest of max_files entries is sent in: none is kept (the
-            # issue's 2**62 parts, part 0 never sent, held every other one for good).
-            self.bounds.refuse(peer, "parts", 1)
-            return False
-        if part == 0 or parts != view.parts_of:
-            self._drop_parts(peer, view)  # a new manifest: what was gathered is stale
-            view.parts_of = parts
-        if part in view.parts:
-            old = view.parts.pop(part)
-            cost = sum(entry_cost(e) for e in old)
-            self.bounds.holdings.give(peer, cost)
-            view.held -= cost
-        if sum(len(p) for p in view.parts.values()) + len(entries) > self.bounds.max_files:
-            self.bounds.refuse(peer, "entries", len(entries))
-            self._drop_parts(peer, view)
-            return False
-        cost = sum(entry_cost(e) for e in entries)
-        if not self.bounds.holdings.take(peer, cost):
-            self.bounds.refuse(peer, "peer_bytes", len(entries))
-            self._drop_parts(peer, view)
-            return False
-        view.parts[part] = entries
-        view.held += cost
+        self._acc ^= entry_hash(old)
+        self.manifest_bytes -= wire_size(old)
         return True
 
     def forget_peer(self, peer: str) -> None:
@@ -611,7 +248,7 @@ class ResourceMachine:
                 out.append(Send(Kind.RREFUSE, frames.ResRefuse(name, digest, None, reason),
                                 peer))
         if self._changed:
-            for part in _parts(self._changed):
+            for part in in_parts(self._changed):
                 out.append(Send(Kind.RHAVE, frames.res_have(False, part)))
             self._changed = []
             self._send_sum(now, out)
@@ -679,7 +316,7 @@ class ResourceMachine:
                 self._maybe_list(peer, view, now, out)
             case frames.ResList():
                 entries = sorted(self.local.values(), key=lambda e: e.name)
-                parts = _parts(entries) or [()]
+                parts = in_parts(entries) or [()]
                 for i, part in enumerate(parts):
                     out.append(Send(Kind.RHAVE, frames.res_have(True, part, i, len(parts)),
                                     peer))
@@ -687,17 +324,17 @@ class ResourceMachine:
                 for e in entries:
                     self._heard(peer, view, e, now, out)
             case frames.ResHave(True, entries, _, part, parts):
-                if not self._add_part(peer, view, part, parts, entries):
+                if not view.add_part(peer, part, parts, entries, self.bounds):
                     return
                 if len(view.parts) < parts or set(view.parts) != set(range(parts)):
                     return  # a part lost on the way: the next summary asks again
                 whole = [e for i in range(parts) for e in view.parts[i]]
-                self._drop_parts(peer, view)
+                view.drop_parts(peer, self.bounds)
                 view.answered, view.awaiting = view.asked, False
                 names = {e.name for e in whole}
                 gone = sorted(set(view.entries) - names)
                 for name in gone:
-                    self._drop_entry(peer, view, name)
+                    view.drop(peer, name, self.bounds)
                 for e in whole:
                     self._heard(peer, view, e, now, out)
                 for name in gone:  # two peers that disagreed may agree now
@@ -716,7 +353,7 @@ class ResourceMachine:
             case frames.ResRefuse(name, digest):
                 held = view.entries.get(name)
                 if held is not None and held.digest == digest:
-                    self._drop_entry(peer, view, name)  # it no longer holds what it announced
+                    view.drop(peer, name, self.bounds)  # it no longer holds what it announced
                     view.answered = None  # ask for its manifest at its next summary
                 t = self.transfers.get(name)
                 if t is not None and t.peer == peer and t.entry.digest == digest:
@@ -755,7 +392,7 @@ class ResourceMachine:
             old = view.entries.get(e.name)
             if old is not None and version(old) > version(e):
                 return  # an older announcement overtaken by a newer one
-        if self._put_entry(peer, view, e):
+        if view.put(peer, e, self.bounds):
             self._consider(e.name, now, out)
 
     def _consider_waiting(self, now: float, out: list[Effect]) -> None:
@@ -958,8 +595,8 @@ class ResourceMachine:
         self._acc = 0
         self.manifest_bytes = 0
         for e in self.local.values():
-            self._acc ^= _entry_hash(e)
-            self.manifest_bytes += _wire(e)
+            self._acc ^= entry_hash(e)
+            self.manifest_bytes += wire_size(e)
 
     def status(self) -> dict[str, object]:
         conflicts = self.conflicts()
@@ -973,12 +610,3 @@ class ResourceMachine:
             "refused": [{"name": n, "reason": r} for n, r in sorted(self.refused.items())],
             "refused_more": self.refused_more,
         }
-
-
-def _wire(e: ResEntry) -> int:
-    return ENTRY_WIRE + len(e.name.encode("utf-8", "surrogateescape")) + len(e.origin)
-
-
-def _parts(entries: list[ResEntry]) -> list[tuple[ResEntry, ...]]:
-    return [tuple(entries[i:i + ENTRIES_PER_ITEM])
-            for i in range(0, len(entries), ENTRIES_PER_ITEM)]
