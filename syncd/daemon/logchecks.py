@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
-from syncd.core.logcheck import Report
+from syncd.core.logreport import Report
 from syncd.daemon.logfollow import IncrementalVerifier
 from syncd.disk import logfile
 
