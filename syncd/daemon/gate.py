@@ -18,7 +18,14 @@ from typing import Any, Protocol
 
 from syncd.config import Config
 from syncd.core import frames, sealed
-from syncd.core.budget import ANSWER_OVERHEAD, Budgets, Holdings, probe_cost, serve_cost
+from syncd.core.budget import (
+    ANSWER_OVERHEAD,
+    Budgets,
+    Holdings,
+    Limits,
+    probe_cost,
+    serve_cost,
+)
 from syncd.core.events import Event, PeerData, PeerProbe, PeerRefuse, PeerRequest, peer_event
 from syncd.core.frames import Channel, FrameError, Kind
 from syncd.core.freshness import BEAT_INTERVAL, ReplayGuard
@@ -266,7 +273,7 @@ class FrameGate:
             self._limit_logged.clear()
         self._limit_logged[(peer, reason)] = now
         log.warning("peer %s: %s refused: %s (%d refused so far for this reason; "
-                    "docs/peer-limits.md)", peer, what, bound_of(reason, self.host.config),
+                    "docs/peer-limits.md)", peer, what, bound_of(reason, self.host.config.limits),
                     telemetry.rejected[reason], extra={"peer": peer})
 
     def reject(self, topic: str, reason: str, sender: str | None = None) -> None:
@@ -283,9 +290,8 @@ class FrameGate:
                         self.rejected)
 
 
-def bound_of(reason: str, config: Config) -> str:
+def bound_of(reason: str, lim: Limits) -> str:
     """The bound a refusal `reason` names, in the words of the log line."""
-    lim = config.limits
     return {
         "duplicate": "answered once per frame",
         "parts": "a whole manifest in more parts than [limits] max_resource_files allows",
