@@ -1,8 +1,9 @@
-"""The vocabulary of the per-file machine (`machine.py`): what the shell reads for an event
+"""The vocabulary of the per-file machine (`filemachine/`): what the shell reads for an event
 (ReadPlan, Snapshot), the events it hands over, and the effects the machine returns.
 
 Small frozen dataclasses, no behaviour beyond a property or two: the decisions are all in
-`machine.py`, the I/O in `daemon/filetask.py` (and in the simulator's shell, `tests/sim/world.py`).
+`filemachine/`, the I/O in `daemon/filetask.py` (and in the simulator's shell,
+`tests/sim/world.py`).
 """
 
 from __future__ import annotations

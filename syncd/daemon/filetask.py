@@ -1,4 +1,4 @@
-"""One replicated file on this host: the shell around its machine (`core/machine.py`).
+"""One replicated file on this host: the shell around its machine (`core/filemachine/`).
 
 The machine decides; this module does the I/O it asks for and nothing else. One asyncio task
 per file takes one event at a time: it reads what the machine's plan names (stat and bytes,
@@ -67,12 +67,12 @@ from syncd.core.events import (
     SyncFailed,
     Tick,
 )
-from syncd.core.ledger import Ledger
-from syncd.core.machine import (
+from syncd.core.filemachine import (
     FileMachine,
     Mode,
     Tuning,
 )
+from syncd.core.ledger import Ledger
 from syncd.core.names import printable
 from syncd.core.readiness import MISSING_SHOWN, decide
 from syncd.core.records import Stat

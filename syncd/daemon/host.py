@@ -31,10 +31,10 @@ from syncd.core import frames
 from syncd.core.budget import Budgets, Holdings
 from syncd.core.errors import SyncdError
 from syncd.core.events import PeerOnline
+from syncd.core.filemachine import Tuning
 from syncd.core.frames import Kind
 from syncd.core.freshness import ReplayGuard
 from syncd.core.identity import Identity, IdentityError
-from syncd.core.machine import Tuning
 from syncd.core.oslimits import shortfalls
 from syncd.core.pairkeys import PairKeys
 from syncd.core.readiness import Unconfirmed, when

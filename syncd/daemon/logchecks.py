@@ -14,7 +14,7 @@ from syncd.disk import logfile
 
 
 class Checked(Protocol):
-    """The file's machine, as its log checks see it (core/machine.py)."""
+    """The file's machine, as its log checks see it (core/filemachine/)."""
 
     @property
     def held(self) -> int:

@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 from syncd.core.events import Event, PeerData, PeerPos
+from syncd.core.filemachine import FileMachine
 from syncd.core.logreport import Report
-from syncd.core.machine import FileMachine
 from syncd.core.readiness import Facts, PeerFacts, Unconfirmed
 
 

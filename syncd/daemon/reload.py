@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from syncd.config import Config, ConfigError, load_config
 from syncd.core.budget import Budgets, Holdings
-from syncd.core.machine import Tuning
+from syncd.core.filemachine import Tuning
 from syncd.daemon.filetask import FileTask
 from syncd.daemon.freespace import FreeSpace
 from syncd.daemon.instances import Instances

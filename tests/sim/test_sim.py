@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from syncd.core import machine as machine_mod
+from syncd.core.filemachine import localfile
 from tests.sim.world import Violation, World, run_seed
 
 QUICK_SEEDS = 2000
@@ -199,7 +199,7 @@ def test_the_simulator_finds_the_splice_without_the_page_rule(
     """Without the page and digest rules (a cut-off piece taken back on any bytes that equal
     the peer's, as before issue #23 case 9), seed 7027257 splices a writer's line into a
     peer's history, and the simulator says so."""
-    monkeypatch.setattr(machine_mod, "_cut_short_is_ours", lambda *_: True)
+    monkeypatch.setattr(localfile, "cut_short_is_ours", lambda *_: True)
     monkeypatch.setattr(World, "cut_while_down", False)
     with pytest.raises(Violation, match="a line nobody wrote"):
         run_seed(7027257)

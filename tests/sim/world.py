@@ -3,7 +3,7 @@
 FoundationDB and TigerBeetle's VOPR test the real code this way: one thread, a seeded random
 source decides every fault and every interleaving, and invariants are checked after every
 step, so any failure replays exactly from its seed. Here each simulated host runs the real
-`syncd.core.machine.FileMachine` behind a small shell that does what `syncd/daemon/filetask.py`
+`syncd.core.filemachine.FileMachine` behind a small shell that does what `syncd/daemon/filetask.py`
 does with real files (reads planned bytes, performs effects, feeds results back), on a disk
 that keeps written-but-unsynced bytes apart from durable ones (a power loss drops them).
 
@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from syncd.core import ledger as ledger_mod
-from syncd.core import machine as machine_mod
 from syncd.core import reconcile as reconcile_mod
 from syncd.core import recordkinds, zstdframes
 from syncd.core.events import (
@@ -71,37 +70,44 @@ from syncd.core.events import (
     Tick,
     peer_event,
 )
-from syncd.core.frames import Announce, Kind
-from syncd.core.ledger import Ledger, digest_of
-from syncd.core.machine import (
+from syncd.core.filemachine import (
     FileMachine,
     Mode,
     Tuning,
+    loading,
+    localfile,
+    locating,
+    serving,
 )
+from syncd.core.frames import Announce, Kind
+from syncd.core.ledger import Ledger, digest_of
 from syncd.core.reconcile import PeerState
 from syncd.core.records import Appending, FileRecord, Stat
 from tests.support import zstd
 
 BLOCK_SIM = 64
-PAGE_SIM = 16  # the page size for writes cut short (machine.PAGE)
+PAGE_SIM = 16  # the page size for writes cut short (filemachine.PAGE)
 KEY, FILE = "k", "events.jsonl"
 
 
 @contextlib.contextmanager
 def small_blocks(size: int = BLOCK_SIM) -> Iterator[None]:
     """Run with blocks of `size` bytes (the modules bound BLOCK at import: patch each)."""
-    mods = (ledger_mod, machine_mod, reconcile_mod)
+    mods = (ledger_mod, loading, locating, serving, reconcile_mod)
     saved = [m.BLOCK for m in mods]
-    saved_page = machine_mod.PAGE
+    pages = (localfile,)  # and the page size for writes cut short
+    saved_pages = [m.PAGE for m in pages]
     for m in mods:
         m.BLOCK = size  # type: ignore[attr-defined]
-    machine_mod.PAGE = PAGE_SIM
+    for m in pages:
+        m.PAGE = PAGE_SIM
     try:
         yield
     finally:
         for m, v in zip(mods, saved, strict=True):
             m.BLOCK = v  # type: ignore[attr-defined]
-        machine_mod.PAGE = saved_page
+        for m, v in zip(pages, saved_pages, strict=True):
+            m.PAGE = v
 
 
 class Violation(AssertionError):

@@ -6,8 +6,8 @@ from collections.abc import Iterable
 
 from syncd.core import frames
 from syncd.core.events import PeerData, PeerOnline, PeerPos
+from syncd.core.filemachine import FileMachine, Tuning
 from syncd.core.logcheck import LogChecker
-from syncd.core.machine import FileMachine, Tuning
 from syncd.core.readiness import Unconfirmed
 from syncd.daemon.readyfacts import Unhandled, gather
 

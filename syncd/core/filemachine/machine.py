@@ -1,69 +1,17 @@
-"""One replicated file as a pure state machine: events in, effects out.
-
-Everything that decides anything about one copy of one file lives here: whether bytes are
-appended, shipped, served, refused; when a file freezes and why; when it is done adopting.
-This module does not know whether bytes come from the local writer or a peer beyond what the
-rule needs, and it touches no file, socket, thread or clock.
-
-Theory of operation
--------------------
-The caller (the shell, `daemon/filetask.py`, or the simulator in `tests/sim/`) runs this loop, one
-event at a time, never two at once for the same file:
-
-    plan = machine.reads_for(event)         # which bytes of the file the decision needs
-    snap = <stat + those bytes, read through one descriptor>
-    effects = machine.handle(event, snap, now, wall)
-    <carry out each effect in order; an effect with a result (Append, Sync, Rehash, Archive,
-     FindLine) is answered at once with its completion event, handled the same way>
-
-so the machine always decides on bytes read for that very decision, and nothing else happens
-to its state between an effect and its completion. `deadline()` says when it wants a Tick.
-
-State: a ledger (size and prefix digests of the history we hold), the (dev, inode) it
-describes, what every peer announced, and a mode:
-
-    LOADING     start-up: the record is checked against the file (rehashed if it changed)
-    UNREADABLE  the file cannot be read at all; a reload is tried every few seconds
-    LIVE        replicating: local growth is shipped, a peer's bytes that extend ours appended
-                (from every peer but those whose copies diverged from ours: see below)
-    FROZEN      a local reason: a reset (our file was deleted, replaced or truncated), a write
-                on a `replica`, another process writing while we append: nothing is written or
-                sent for it; it still answers requests with refusals and probes
-    ADOPTING    an operator chose another host's copy: ours is archived, theirs is fetched
-
-    LOADING -> LIVE | FROZEN | UNREADABLE      UNREADABLE -> LOADING
-    LIVE -> FROZEN | ADOPTING                  FROZEN -> LIVE | ADOPTING
-    ADOPTING -> LIVE | FROZEN
-
-A LIVE file may also have troubles, each kept until it clears: `paused` (the disk refuses our
-appends; retried every PAUSE_RETRY) and `failing` (a look at the file or a sync failed,
-EMFILE, EIO; retried with backoff). Either shows in status instead of in_sync.
-
-The rule, for local and remote bytes alike, lives in `reconcile`: bytes are appended only at
-our end and only after a prefix whose digest equals ours; `judge_local` says whether our
-recorded history is still a prefix of the file. Three predicates gate the rest:
-`may_accept(peer)`, `may_ship()`, `may_serve(force)`.
-
-A divergence is per peer (`diverged`): a copy that differs from ours inside the common prefix
-isolates that peer only. Nothing is taken from it or fetched from it, its requests are refused
-(an adopting peer's forced requests excepted), and we say in our announcement that we know;
-with every other peer the file stays LIVE. One listed host with another history (a compromised
-one, a stale one, the other side of a split brain) therefore stops nothing between the rest.
-It clears when the peer announces a copy consistent with ours past the point where they
-parted (it adopted ours, or we adopted its), by `forget`, or by an adoption here.
-"""
+"""The per-file machine: dispatch of every event, and the decisions its pieces share (the
+predicates, freezing and diverging, announcing and persisting). The theory of operation is in
+the package's opening comment (`__init__.py`); the sub-jobs are the modules beside this one:
+`loading` (start-up verdicts), `localfile` (the writer's file), `serving` (answering peers),
+`locating` (where two copies part), `peers` (peer bookkeeping), `adoption`, and `state` (the
+record types). Over 800 lines: the handlers below all change the one state of one file, and
+splitting them further would only spread its fields over modules (each decision stays next
+to the others that read the same fields)."""
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import logging
-from collections.abc import Iterable
-from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
-from syncd.core import recordkinds, shellwords
 from syncd.core.events import (
     EMPTY,
     NO_READS,
@@ -79,7 +27,6 @@ from syncd.core.events import (
     Durable,
     Effect,
     Event,
-    FindLine,
     IoFailed,
     LineFound,
     Loaded,
@@ -114,8 +61,32 @@ from syncd.core.events import (
     SyncFailed,
     Tick,
 )
+from syncd.core.filemachine import adoption, loading, localfile, peers, serving
+from syncd.core.filemachine.localfile import HoldBack
+from syncd.core.filemachine.locating import Locator, with_line
+from syncd.core.filemachine.state import (
+    ANNOUNCE_GAP,
+    LOOK_RETRY_MAX,
+    LOOK_RETRY_MIN,
+    NO_READS_EVENTS,
+    OWN_REMOVAL_WINDOW,
+    PAUSE_RETRY,
+    RELOAD_RETRY,
+    SETTLE,
+    STAT_ONLY,
+    TRANSITIONS,
+    Adoption,
+    Fetch,
+    LogPeer,
+    Mode,
+    Settle,
+    Trouble,
+    Tuning,
+    Unsettled,
+    first_read,
+)
 from syncd.core.frames import Announce, Data, Kind, Probe, Probed, ProbeWhat, Refuse, Request
-from syncd.core.ledger import BLOCK, DIGEST_SIZE, Ledger, Position, block_start
+from syncd.core.ledger import Ledger, Position, block_start
 from syncd.core.reconcile import (
     LocalChange,
     PeerState,
@@ -123,131 +94,13 @@ from syncd.core.reconcile import (
     choose_source,
     file_state,
     first_change,
-    first_differing_block,
-    first_differing_byte,
     judge_data,
     judge_local,
     judge_peer,
     judge_request,
 )
 from syncd.core.recordkinds import LINES
-from syncd.core.records import Appending, FileRecord, Freeze, Stat, line_around
-
-ANNOUNCE_GAP = 0.5  # seconds between two position announcements of one file
-PAUSE_RETRY = 2.0  # seconds before a paused file tries to write again
-RELOAD_RETRY = 5.0  # seconds before an unreadable file is tried again
-SETTLE = 0.2  # a file that shrank must hold still this long before it is judged
-# Records held back (FileMachine.hold_back) are shipped after this many times the hold at most,
-# however busy the writer: a writer that never pauses is replicated late, not never.
-HOLD_BACK_MAX = 20
-LOOK_RETRY_MIN, LOOK_RETRY_MAX = 0.1, 5.0  # backoff of a failing look
-LOCATE_RETRY = 5.0  # seconds before asking a diverged peer again where we part
-OWN_REMOVAL_WINDOW = 5.0  # a deletion hint this soon after we archived is our own
-
-
-STAT_ONLY = ReadPlan(stat=True)
-# Events no case of `reads_for` matches (every replicated write has some): answered at once.
-_NO_READS: frozenset[type] = frozenset({Appended, Drained, Synced, Tick})
-
-
-class Mode(Enum):
-    LOADING = "loading"
-    UNREADABLE = "unreadable"
-    LIVE = "live"
-    FROZEN = "frozen"
-    ADOPTING = "adopting"
-
-
-TRANSITIONS: dict[Mode, frozenset[Mode]] = {
-    Mode.LOADING: frozenset({Mode.LIVE, Mode.FROZEN, Mode.UNREADABLE}),
-    Mode.UNREADABLE: frozenset({Mode.LOADING}),
-    Mode.LIVE: frozenset({Mode.FROZEN, Mode.ADOPTING}),
-    Mode.FROZEN: frozenset({Mode.LIVE, Mode.ADOPTING}),
-    Mode.ADOPTING: frozenset({Mode.LIVE, Mode.FROZEN}),
-}
-
-
-# --- state ----------------------------------------------------------------------------------
-
-
-@dataclass
-class Tuning:
-    chunk_bytes: int = 256 * 1024
-    fetch_window: int = 4 * 1024 * 1024
-    request_timeout: float = 3.0
-    persist_interval: float = 5.0
-    # Positions are retained, but a subscriber whose queue overflowed misses one for good
-    # while it stays connected: say it again now and then, even unchanged.
-    reannounce: float = 300.0
-
-
-@dataclass
-class LogPeer:
-    position: Position
-    frozen: str | None
-    state: PeerState = PeerState.AHEAD
-    verified: bool = False  # consistency checked for this position
-    # This position was judged to differ from ours. Kept for the position: a prefix of ours
-    # never changes while we only grow (an edit or an adoption here judges everything again).
-    forked: bool = False
-    probed: bool = False  # a zero-length request was sent to check consistency
-    diverged: tuple[str, ...] = ()  # the peers it announces diverged from (us among them?)
-    # For readiness (wall-clock times): when we last heard of this copy, last learned it
-    # grew (its host was writing), first saw it ahead of ours, first heard it frozen.
-    heard_at: float | None = None
-    grew_at: float | None = None
-    ahead_since: float | None = None
-    frozen_since: float | None = None
-    disputes_since: float | None = None  # first heard it announce a divergence
-
-
-@dataclass
-class Fetch:
-    peer: str
-    upto: int
-    deadline: float
-
-
-@dataclass
-class Trouble:
-    kind: str  # "paused" or "error"
-    detail: str
-    since: float  # wall clock
-    retry_at: float
-    attempts: int = 1
-    retrying: bool = False  # paused: the retry time came, the next append tries again
-
-    def blocks_appends(self) -> bool:
-        return self.kind == "paused" and not self.retrying
-
-
-@dataclass
-class Adoption:
-    """An adoption under way: our copy is archived; take `peer`'s whole copy. Done only when
-    our durable copy equals a position `peer` announced after we asked (`fresh`)."""
-
-    peer: str
-    ticket: object
-    archive: str = ""
-    ask: int = 0  # sent with every request of this adoption, echoed in the reply's position
-    fresh: Position | None = None
-
-
-@dataclass
-class Settle:
-    seen: tuple[int, int, int] | None
-    since: float
-
-
-@dataclass
-class Unsettled:
-    """The writer's new records held back (FileMachine.hold_back): the file as last seen, since
-    when it looks so, and since when records wait."""
-
-    seen: tuple[int, int]
-    since: float
-    first: float
-    looked: bool = False  # the look asked for when due is under way: no timer until judged
+from syncd.core.records import Appending, FileRecord, Freeze, Stat
 
 
 class FileMachine:
@@ -256,10 +109,9 @@ class FileMachine:
                  settle: float = 0.0) -> None:
         self.node, self.key, self.file, self.role = node, key, file, role
         self.records = records  # what one record of the file is (recordkinds.py)
-        # Seconds the writer's file must hold still before its new records are recorded and
-        # shipped (its batch settled: written, synced, or rolled back): `_held_back`.
-        self.hold_back = settle
-        self.unsettled: Unsettled | None = None
+        # The writer's file must hold still `settle` seconds before its new records are
+        # recorded and shipped (its batch settled: written, synced, or rolled back).
+        self.holdback = HoldBack(settle)
         self.tuning = tuning
         self.mode = Mode.LOADING
         self.ledger: Ledger | None = None
@@ -288,20 +140,33 @@ class FileMachine:
         self.announce_due: float | None = None
         self.settle: Settle | None = None
         self.own_removal_until = float("-inf")
-        self.locating: dict[str, float] = {}  # peer -> when we last asked it where we part
-        # peer -> (what, start) of the probe we sent it last: only its answer is read (an
-        # answer nobody asked for would make us read, and count lines, where a peer likes)
-        self.probing: dict[str, tuple[ProbeWhat, int]] = {}
-        # peer -> what tells it our copies differ (our digest at an offset both hold): sent
-        # again with each locate retry until the peer shows it knows (its announcement names
-        # us among its divergences), so that a lost frame never leaves a fork shown on one
-        # side only.
-        self.refusals: dict[str, Refuse] = {}
+        self.locator = Locator()  # where we part from diverged peers
         self._record: FileRecord | None = None  # during LOADING
         self._record_chain: list[bytes] = []
         self._rebuilt = False  # the chain file must be rewritten whole at the next persist
         self.counters = {"shipped_bytes": 0, "applied_bytes": 0, "served_bytes": 0,
                          "shipped_frames": 0, "applied_frames": 0, "served_frames": 0}
+
+    # The sub-jobs' own state, under the names the shells and the simulator read.
+    @property
+    def hold_back(self) -> float:
+        return self.holdback.seconds
+
+    @property
+    def unsettled(self) -> Unsettled | None:
+        return self.holdback.unsettled
+
+    @property
+    def locating(self) -> dict[str, float]:
+        return self.locator.locating
+
+    @property
+    def probing(self) -> dict[str, tuple[ProbeWhat, int]]:
+        return self.locator.probing
+
+    @property
+    def refusals(self) -> dict[str, Refuse]:
+        return self.locator.refusals
 
     # --- predicates ---------------------------------------------------------------------------
 
@@ -353,8 +218,7 @@ class FileMachine:
 
     def knows_of_fork(self, peer: str) -> bool:
         """Whether `peer` announced that its copy and ours differ (it names us)."""
-        view = self.peers.get(peer)
-        return view is not None and self.node in view.diverged
+        return peers.knows_of_fork(self.peers, peer, self.node)
 
     def _refreeze_or_live(self) -> None:
         """LIVE unless a (local) freeze holds, after one was added or cleared."""
@@ -365,21 +229,16 @@ class FileMachine:
 
     def reads_for(self, event: Event) -> ReadPlan:
         """The bytes of the file that `handle(event)` needs; the shell reads them first."""
-        if type(event) in _NO_READS:
+        if type(event) in NO_READS_EVENTS:
             return NO_READS
         ledger = self.ledger
         match event:
             case Loaded(record=rec) if rec is not None:
-                return ReadPlan(((block_start(rec.size), rec.size),), stat=True)
+                return loading.record_plan(rec)
             case Rehashed(purpose="load") if self._record is not None:
-                size = self._record.size
-                ranges = [(block_start(size), size)]
-                if self._intent_check is not None:
-                    end = self._intent_check[0]
-                    ranges.append((block_start(end), end))
-                return ReadPlan(tuple(ranges), stat=True)
+                return loading.rehash_plan(self._record, self._intent_check)
             case Rehashed(purpose="check") if ledger is not None:
-                return ReadPlan(((block_start(ledger.size), ledger.size),), stat=True)
+                return loading.check_plan(ledger)
             case PeerData(look=False) | Look(full=False):
                 return STAT_ONLY
             case Look() | PeerData() if ledger is not None:
@@ -391,61 +250,25 @@ class FileMachine:
                 return ReadPlan(((ledger.recheck_start(), end),), line_end_from=ledger.size,
                                 record_start=ledger.open_line_start, stat=True)
             case Loaded() | Rehashed() | Look() | PeerRequest():
-                plan = self._request_plan(event) if isinstance(event, PeerRequest) else NO_READS
+                plan = (serving.request_plan(ledger, event.request, self.tuning.fetch_window)
+                        if isinstance(event, PeerRequest) else NO_READS)
                 return ReadPlan(plan.ranges, stat=True)
             case PeerPos(announce=a) if ledger is not None:
-                return self._partial_plan(a.size)
+                return serving.partial_plan(ledger, a.size)
             case Reassess(peer=p) if ledger is not None and p in self.peers:
-                return self._partial_plan(self.peers[p].position.size)
+                return serving.partial_plan(ledger, self.peers[p].position.size)
             case PeerRefuse(refuse=rf) if ledger is not None:
-                return self._partial_plan(rf.offset)
+                return serving.partial_plan(ledger, rf.offset)
             case PeerProbe(probe=p) if (ledger is not None and p.what is ProbeWhat.BYTES
                                         and self.may_serve(False)):
-                start = min(p.start, ledger.size)
-                return ReadPlan(((start, min(ledger.size, start + min(p.count, BLOCK))),))
+                return serving.probe_plan(ledger, p)
             case PeerProbed(peer=peer, probed=p) if (
-                    p.what is ProbeWhat.BYTES and self._asked(peer, p)):
+                    p.what is ProbeWhat.BYTES and self.locator.asked(peer, p)):
                 return ReadPlan(((p.start, p.start + len(p.data)),))
         return NO_READS
 
-    def _request_plan(self, event: PeerRequest) -> ReadPlan:
-        if self.ledger is None:
-            return NO_READS
-        r = event.request
-        plan = self._partial_plan(r.have)
-        start, end = self._serve_range(r)
-        if start < end:
-            plan = ReadPlan((*plan.ranges, self._serve_read(start, end)))
-        return plan
-
-    def _partial_plan(self, offset: int) -> ReadPlan:
-        ledger = self.ledger
-        if ledger is None or offset > ledger.size or ledger.digest_known(offset) is not None:
-            return NO_READS
-        return ReadPlan(((block_start(offset), offset),))
-
     def _digest_at(self, offset: int, snap: Snapshot) -> bytes | None:
-        ledger = self.ledger
-        if ledger is None or offset > ledger.size:
-            return None
-        known = ledger.digest_known(offset)
-        if known is not None:
-            return known
-        partial = snap.get(block_start(offset), offset)
-        if len(partial) != offset - block_start(offset):
-            return None  # the file shrank under us; the next look says how
-        return ledger.digest_at(offset, partial)
-
-    def _serve_range(self, r: Request) -> tuple[int, int]:
-        start = max(r.start, r.have)
-        end = min(self.held, start + min(r.length, self.tuning.fetch_window))
-        return start, end
-
-    def _serve_read(self, start: int, end: int) -> tuple[int, int]:
-        """The bytes read to serve [start, end): whole blocks (or up to our end), so that
-        every byte sent is checked against the ledger first."""
-        last = min(self.held, -(-end // BLOCK) * BLOCK)
-        return block_start(start), last
+        return serving.digest_at(self.ledger, offset, snap)
 
     # --- dispatch -----------------------------------------------------------------------------
 
@@ -496,7 +319,7 @@ class FileMachine:
             case PeerRefuse(peer=peer, refuse=rf):
                 ours = self._digest_at(rf.offset, snap)
                 if ours is not None and ours != rf.digest:
-                    self.refusals[peer] = Refuse(rf.offset, ours)  # so that it learns ours
+                    self.locator.refuse(peer, rf.offset, ours)  # so that it learns ours
                     self._diverge(peer, rf.offset, f"{peer} holds a different prefix of "
                                   f"{rf.offset} bytes", now, wall, out)
             case PeerProbe(peer=peer, probe=p):
@@ -545,16 +368,16 @@ class FileMachine:
             self.reload_at,
             self.announce_due,
             self.settle.since + SETTLE if self.settle else None,
-            self._unsettled_due(),
+            self.holdback.due(),
             (self.last_announce + self.tuning.reannounce
              if self.mode in (Mode.LIVE, Mode.FROZEN, Mode.ADOPTING) else None),
             (self.last_persist + self.tuning.persist_interval) if self._persist_ready()
             else None,
         ) if t is not None]
         for peer, f in self.diverged.items():
-            unaware = peer in self.refusals and not self.knows_of_fork(peer)
-            if (f.line is None or unaware) and self.online.get(peer) and self.ledger is not None:
-                times.append(self.locating.get(peer, float("-inf")) + LOCATE_RETRY)
+            if (self.locator.wants(peer, f, self.knows_of_fork(peer)) and self.online.get(peer)
+                    and self.ledger is not None):
+                times.append(self.locator.retry_at(peer))
         return min(times) if times else None
 
     # --- start-up -----------------------------------------------------------------------------
@@ -582,57 +405,23 @@ class FileMachine:
         self.freeze, self.diverged, self.note = rec.freeze, dict(rec.diverged_peers), rec.note
         self.intent, self.appending = rec.intent, rec.appending
         self.position = Position(rec.size, rec.digest)
-        if self.freeze is not None and self.freeze.reason == "reset":
-            # Still reset: keep announcing what we last held, as before the restart. The file
-            # is another history now; rehashing it (its inode may even be the old one, reused)
-            # would announce that history while frozen, and the peers would diverge from it.
-            self._finish_load_frozen(out)
-            return
-        if st is None:
-            if rec.size > 0:
-                if self.freeze is None:
-                    self._freeze("reset", f"file deleted while syncd was stopped (held "
-                                 f"{rec.size} bytes)", now, wall, out, keep=True)
+        verdict = loading.judge_record(rec, ev.chain, snap, self.records,
+                                       self.appending is not None)
+        match verdict:
+            case loading.Reset(detail=detail):
+                if detail is not None and self.freeze is None:
+                    self._freeze("reset", detail, now, wall, out, keep=True)
                 self._finish_load_frozen(out)
-            else:
+            case loading.Empty():
                 self._start(Ledger(self.records), None, now, wall, out)
-            return
-        if rec.size > 0 and st.inode != (rec.dev, rec.ino):
-            if self.freeze is None:
-                self._freeze("reset", "file replaced (new inode) while syncd was stopped",
-                             now, wall, out, keep=True)
-            self._finish_load_frozen(out)
-            return
-        if st.size < rec.size:
-            if self.freeze is None:
-                self._freeze("reset", f"file shrank from {rec.size} to {st.size} bytes while "
-                             "syncd was stopped", now, wall, out, keep=True)
-            self._finish_load_frozen(out)
-            return
-        unchanged = (st.size, st.mtime_ns, st.ctime_ns) == (rec.file_size, rec.mtime_ns,
-                                                            rec.ctime_ns)
-        partial = snap.get(block_start(rec.size), rec.size)
-        if (unchanged and len(ev.chain) > rec.size // BLOCK
-                and len(partial) == rec.size - block_start(rec.size)
-                and hashlib.sha256(partial).digest() == rec.partial):
-            ledger = Ledger.restore(ev.chain, rec.size, partial, self.records)
-            self._start(ledger, st, now, wall, out)
-            return
-        # Changed while we were away (appended, or edited): rehash before trusting anything.
-        # Bytes we recorded as held count as ours even mid-line, and so do a peer's pieces
-        # we were appending when we stopped (the intent), never a local writer's torn line.
-        hold = rec.size
-        intent = rec.intent
-        if intent is not None and intent[1] <= rec.size < intent[2] <= st.size:
-            # Only if the whole piece is still there, and only once the file's prefix is checked
-            # to have the digest we recorded: a writer's torn line may sit there instead.
-            hold = intent[2]
-            self._intent_check = (intent[2], bytes.fromhex(intent[3]))
-        if self.appending is not None and st.size > rec.size:
-            # What a kill cut short may sit past our end until a peer's bytes explain it:
-            # the note must now outlive a power loss too (the file's bytes will be synced).
-            out.append(NoteAppending(self.appending, durable=True))
-        out.append(Rehash("load", hold=hold))
+            case loading.Restore(ledger=ledger):
+                self._start(ledger, st, now, wall, out)
+            case loading.RehashFile(hold=hold, intent_check=check, note_appending=note):
+                self._intent_check = check
+                if note:
+                    assert self.appending is not None
+                    out.append(NoteAppending(self.appending, durable=True))
+                out.append(Rehash("load", hold=hold))
 
     def _finish_load_frozen(self, out: list[Effect]) -> None:
         self._record = None
@@ -670,45 +459,8 @@ class FileMachine:
                      out: list[Effect]) -> None:
         fresh = ev.ledger
         if ev.purpose == "load":
-            if self.mode is not Mode.LOADING:
-                return
-            rec = self._record
-            if fresh is None:  # vanished while we hashed
-                if rec is None or rec.size == 0:
-                    self._start(Ledger(self.records), None, now, wall, out)
-                else:
-                    if self.freeze is None:
-                        self._freeze("reset", "file deleted while syncd was starting", now,
-                                     wall, out, keep=True)
-                    self._finish_load_frozen(out)
-                return
-            check = self._intent_check
-            self._intent_check = None
-            if check is not None and rec is not None:
-                end, digest = check
-                partial = snap.get(block_start(end), end)
-                if not (fresh.size >= end and len(partial) == end - block_start(end)
-                        and fresh.digest_at(end, partial) == digest):
-                    # Not the peer's bytes we wrote: hash again without them (they are local).
-                    self.intent = None
-                    out.append(Rehash("load", hold=rec.size))
-                    return
-            ok = True
-            where = 0
-            if rec is not None:
-                partial = snap.get(block_start(rec.size), rec.size)
-                ok = (fresh.size >= rec.size
-                      and len(partial) == rec.size - block_start(rec.size)
-                      and fresh.digest_at(rec.size, partial) == rec.digest)
-                if not ok:
-                    where = first_change(self._record_chain, None, rec.size, fresh.chain,
-                                         fresh.tail, fresh.size)
-            self._rebuilt = True
-            self._start(fresh, snap.stat, now, wall, out)
-            if self.intent is not None and fresh.size >= self.intent[2]:
-                self.intent = None
-            if not ok:
-                self._noticed_edit(where, "while syncd was stopped", now, out)
+            if self.mode is Mode.LOADING:
+                self._on_load_rehashed(fresh, snap, now, wall, out)
             return
         if ev.purpose == "keep":
             self._keep_local(fresh, snap.stat, now, wall, out)
@@ -720,11 +472,8 @@ class FileMachine:
             self._local_reset(f"file deleted (held {ledger.size} bytes)", now, wall, out)
             return
         if ev.purpose == "check":
-            if fresh.size >= ledger.size:
-                partial = snap.get(block_start(ledger.size), ledger.size)
-                if (len(partial) == ledger.size - block_start(ledger.size)
-                        and fresh.digest_at(ledger.size, partial) == ledger.digest()):
-                    return  # every byte we vouched for is still there
+            if loading.still_vouched(ledger, fresh, snap):
+                return  # every byte we vouched for is still there
             where = first_change(ledger.chain, ledger.tail, ledger.size, fresh.chain,
                                  fresh.tail, fresh.size)
             self._replace_history(fresh, snap.stat, where, ev.why, now, out)
@@ -741,6 +490,31 @@ class FileMachine:
             where = first_change(ledger.chain, ledger.tail, ledger.size, fresh.chain,
                                  fresh.tail, fresh.size)
             self._replace_history(fresh, snap.stat, where, ev.why, now, out)
+
+    def _on_load_rehashed(self, fresh: Ledger | None, snap: Snapshot, now: float, wall: float,
+                          out: list[Effect]) -> None:
+        rec = self._record
+        check, self._intent_check = self._intent_check, None
+        match loading.judge_rehash(rec, self._record_chain, fresh, snap, check):
+            case loading.Empty():
+                self._start(Ledger(self.records), None, now, wall, out)
+            case loading.Reset(detail=detail):
+                if self.freeze is None:
+                    self._freeze("reset", detail or "", now, wall, out, keep=True)
+                self._finish_load_frozen(out)
+            case loading.NotTheIntent():
+                # Not the peer's bytes we wrote: hash again without them (they are local).
+                assert rec is not None
+                self.intent = None
+                out.append(Rehash("load", hold=rec.size))
+            case loading.Hashed(edited_at=where):
+                assert fresh is not None
+                self._rebuilt = True
+                self._start(fresh, snap.stat, now, wall, out)
+                if self.intent is not None and fresh.size >= self.intent[2]:
+                    self.intent = None
+                if where is not None:
+                    self._noticed_edit(where, "while syncd was stopped", now, out)
 
     # --- the local file -----------------------------------------------------------------------
 
@@ -788,18 +562,13 @@ class FileMachine:
         ledger = self.ledger
         assert ledger is not None
         st = snap.stat
-        tail: bool | None = None
-        if st is not None and st.size >= ledger.size:
-            got = _first_read(snap)
-            tail = ledger.matches_end(got[: ledger.size - ledger.recheck_start()])
-        stat_now = (st.dev, st.ino, st.size, st.mtime_ns) if st else None
-        change = judge_local(ledger.size, self.inode, self.seen, stat_now, tail)
+        change = localfile.judge_file(ledger, self.inode, self.seen, snap)
         if ledger.size == 0 and st is not None:
             self.inode = st.inode  # an empty history holds nothing to lose: any file is ours
         if change is not LocalChange.SHRUNK:
             self.settle = None
         if change is not LocalChange.GROWTH:
-            self.unsettled = None  # what was held back is gone (rolled back) or never was
+            self.holdback.drop()  # what was held back is gone (rolled back) or never was
         if change is LocalChange.NONE:
             return
         if self.mode is Mode.ADOPTING:
@@ -852,37 +621,9 @@ class FileMachine:
                          f"'replica' (bytes past offset {ledger.size})", now, wall, out,
                          offset=ledger.size)
             return
-        if self._held_back(line_end > ledger.size, st, now):
+        if self.holdback.held_back(line_end > ledger.size, st, now):
             return
         self._ship(snap, line_end, st, now, out, send=self.may_ship())
-
-    def _held_back(self, growth: bool, st: Stat, now: float) -> bool:
-        """Whether the writer's new whole records wait, unrecorded and unshipped, because the
-        file changed less than `hold_back` seconds ago (docs/design.md, "A writer's rollback").
-
-        A writer that rolls a failed batch back (dsh-session truncates the file to its
-        previous length after a failed write or sync) does so right after the write or the
-        sync returns. Records shipped meanwhile would be bytes the standbys keep and the writer
-        withdrew; records still held are only unshipped bytes, whose truncation is no event.
-        A file that never holds still ships after HOLD_BACK_MAX holds anyway."""
-        if not growth or self.hold_back <= 0:
-            self.unsettled = None
-            return False
-        seen = (st.size, st.mtime_ns)
-        u = self.unsettled
-        if u is None or u.seen != seen:
-            u = self.unsettled = Unsettled(seen, now, u.first if u is not None else now)
-        if now >= u.since + self.hold_back or now >= u.first + HOLD_BACK_MAX * self.hold_back:
-            self.unsettled = None
-            return False
-        u.looked = False
-        return True
-
-    def _unsettled_due(self) -> float | None:
-        u = self.unsettled
-        if u is None or u.looked:
-            return None
-        return min(u.since + self.hold_back, u.first + HOLD_BACK_MAX * self.hold_back)
 
     def _ship(self, snap: Snapshot, line_end: int, st: Stat, now: float,
               out: list[Effect], send: bool = True) -> None:
@@ -896,29 +637,18 @@ class FileMachine:
         ledger = self.ledger
         assert ledger is not None
         start = ledger.size
-        first = ledger.recheck_start()
-        new = _first_read(snap)[start - first:]
-        read_end = start + len(new)
-        if line_end <= read_end:
-            end = line_end
-        else:
-            cut = recordkinds.last_end(self.records, new)
-            # A backlog larger than one read: ship its whole records now, the rest next look.
-            # A single record longer than the read (and complete: line_end is past it) goes
-            # in pieces of the read's size.
-            end = start + cut if cut > 0 else read_end
-        pos = start
-        chunk = self.tuning.chunk_bytes
-        while pos < end:
-            n = recordkinds.piece_end(self.records, new, pos - start, end - start, chunk) \
-                - (pos - start)
-            data = new[pos - start: pos - start + n]
+        new = first_read(snap)[start - ledger.recheck_start():]
+        # A backlog larger than one read: ship its whole records now, the rest next look.
+        end = localfile.ship_end(self.records, new, start, line_end)
+        for pos, stop in localfile.pieces(self.records, new, start, start, end,
+                                          self.tuning.chunk_bytes):
+            data = new[pos - start: stop - start]
             if send:
                 out.append(Send(Kind.LIVE, Data(pos, ledger.digest(), data)))
-                self.counters["shipped_bytes"] += n
+                self.counters["shipped_bytes"] += len(data)
                 self.counters["shipped_frames"] += 1
             ledger.extend(data)
-            pos += n
+        pos = max(start, end)  # shipped (or recorded) up to here
         if line_end > pos:
             out.append(LookAgain())  # more whole lines than one read: `seen` stays behind
         else:
@@ -956,8 +686,7 @@ class FileMachine:
         self.note = (f"bytes already replicated were changed locally ({why}); first "
                      f"difference in the 64 KiB block at offset {block_start(where)}")
         out.append(Log(logging.WARNING, f"{self.name}: {self.note}"))
-        for view in self.peers.values():
-            view.verified = view.forked = False
+        peers.unverify(self.peers)
         self.record_dirty = True
         out.append(LogCheck(restart=True))
         out.append(Sync(local=True))  # durable before announced, edited bytes included
@@ -967,42 +696,17 @@ class FileMachine:
 
     def _on_announce(self, peer: str, a: Announce, snap: Snapshot, now: float, wall: float,
                      out: list[Effect]) -> None:
-        old = view = self.peers.get(peer)
-        pos = Position(a.size, a.digest)
-        if view is None or view.position != pos:
-            view = LogPeer(pos, a.frozen)
-            self.peers[peer] = view
-        view.heard_at = wall
-        if old is not None and view is not old:  # readiness bookkeeping survives a new position
-            view.grew_at, view.ahead_since = old.grew_at, old.ahead_since
-            view.frozen_since = old.frozen_since
-        if old is not None and pos.size > old.position.size:
-            view.grew_at = wall
-        if old is not None and view is not old:
-            view.disputes_since = old.disputes_since
-        if a.frozen is None:
-            view.frozen_since = None
-        elif old is None or old.frozen != a.frozen or view.frozen_since is None:
-            view.frozen_since = wall
-        view.frozen = a.frozen
-        if not a.diverged:
-            view.disputes_since = None
-        elif view.disputes_since is None:
-            view.disputes_since = wall
-        view.diverged = a.diverged
+        view = self.peers[peer] = peers.heard(self.peers.get(peer), a, wall)
         ad = self.adoption
-        if ad is not None and ad.peer == peer and ad.ask and a.answers == ad.ask:
-            ad.fresh = pos  # announced in reply to our request, so after it
+        if ad is not None and adoption.answered(ad, peer, a.answers):
+            ad.fresh = view.position  # announced in reply to our request, so after it
         self._assess(peer, view, snap, now, wall, out)
         self._check_adopted(now, out)
         self._maybe_fetch(now, out)
 
     def _assess(self, peer: str, view: LogPeer, snap: Snapshot, now: float, wall: float,
                 out: list[Effect], reread: bool = True) -> None:
-        if view.position.size <= self.position.size:
-            view.ahead_since = None
-        elif view.ahead_since is None:
-            view.ahead_since = wall
+        peers.note_ahead(view, self.position.size, wall)
         ledger = self.ledger
         if ledger is None:
             return
@@ -1032,19 +736,17 @@ class FileMachine:
             view.verified = view.state is not PeerState.DIVERGED
             view.forked = not view.verified
             if view.forked:
-                self.refusals[peer] = Refuse(theirs.size, ours)
+                self.locator.refuse(peer, theirs.size, ours)
                 self._diverge(peer, theirs.size, f"{peer} announced a copy of {theirs.size} "
                               "bytes whose prefix differs from ours", now, wall, out)
         found = self.diverged.get(peer)
         if found is None:
             return
-        if view.verified and self._fork_gone(found, view):
+        if view.verified and peers.fork_gone(found, view):
             # Its copy now holds our bytes where the copies parted: it adopted ours (or we
             # adopted its). Content decides, not what the peer says of itself.
             del self.diverged[peer]
-            self.refusals.pop(peer, None)
-            self.locating.pop(peer, None)
-            self.probing.pop(peer, None)
+            self.locator.forget(peer)
             self.record_dirty = True
             out.append(Log(logging.WARNING, f"{self.name}: {peer}'s copy is consistent with "
                                             "ours again; divergence with it cleared"))
@@ -1052,18 +754,6 @@ class FileMachine:
             self._announce(now, out, at_once=True)  # it learns that we no longer refuse it
         else:
             view.state = PeerState.DIVERGED
-
-    @staticmethod
-    def _fork_gone(found: Freeze, view: LogPeer) -> bool:
-        """Whether a peer's position, consistent with our copy, covers the point where the
-        copies parted. A consistent position short of it says nothing (an old announcement,
-        from before its other bytes); one past it holds our bytes there. An adopting peer is
-        judged on the copy it ends with."""
-        at = found.offset or 0
-        # Located: `offset` is the first differing byte. Not yet: the prefixes of length
-        # `offset` differ, so some byte below it does.
-        need = at + 1 if found.ours is not None else at
-        return view.position.size >= need and view.frozen != "adopting"
 
     def _on_data(self, ev: PeerData, snap: Snapshot, now: float, wall: float,
                  out: list[Effect]) -> None:
@@ -1079,7 +769,7 @@ class FileMachine:
         if verdict is Verdict.DUPLICATE:
             return
         if verdict is Verdict.DIVERGED:
-            self.refusals[peer] = Refuse(ledger.size, ledger.digest())
+            self.locator.refuse(peer, ledger.size, ledger.digest())
             self._diverge(peer, d.offset, f"{peer} sent bytes at {d.offset} after a prefix "
                           "that differs from ours", now, wall, out)
             return
@@ -1094,11 +784,8 @@ class FileMachine:
         elif self.mode is not Mode.ADOPTING:
             # The same question as for the writer's own bytes: is our history still a prefix
             # of the file, at the inode we describe, with nothing unrecorded past our end?
-            stat_now = (st.dev, st.ino, st.size, st.mtime_ns) if st else None
-            got = _first_read(snap)
-            tail = (ledger.matches_end(got[: ledger.size - ledger.recheck_start()])
-                    if st is not None and st.size >= ledger.size else None)
-            change = judge_local(ledger.size, self.inode, None, stat_now, tail)
+            change = localfile.judge_file(ledger, self.inode, None, snap)
+            got = first_read(snap)
             past_end = st is not None and st.size > ledger.size
             if change is not LocalChange.NONE:
                 if not ev.retried:
@@ -1109,9 +796,10 @@ class FileMachine:
                 elif past_end and change is LocalChange.GROWTH:
                     local = got[ledger.size - ledger.recheck_start():]
                     assert st is not None
-                    ours = _maybe_cut_short(self.appending, ledger.size, st.size)
+                    ours = localfile.maybe_cut_short(self.appending, ledger.size, st.size)
                     if (ours and local and d.data.startswith(local)
-                            and _cut_short_is_ours(self.appending, ledger.size, local, d)):
+                            and localfile.cut_short_is_ours(self.appending, ledger.size,
+                                                            local, d)):
                         self._take_cut_short(ev, local, st, now, wall, out)
                     else:
                         self._torn_local_line(peer, local, ours, now, wall, out)
@@ -1136,24 +824,10 @@ class FileMachine:
                 return  # while syncs fail: dropped, anti-entropy asks for it again
             self.intent = (peer, d.offset, d.end, ledger.digest_with(d.data).hex())
             out.append(self._persist_record(durable=True))
-        if d.offset // PAGE != (d.end - 1) // PAGE:
-            # A write() that a kill or a power loss may cut short mid-line (an intent vouches
-            # only for the whole piece): say so first, with the piece's digest. Not synced:
-            # an fsync per frame doubled the replication lag (docs/design.md). A power loss
-            # may keep some of the piece's pages and drop the note; bytes past our end without
-            # one are then taken for a local writer's torn line: a false divergence, frozen
-            # until `adopt` (issue #23 case 9, accepted), never a splice. Up to this piece's
-            # end only: a wider range (a fetch's window) would vouch for a local writer's torn
-            # line after it (the simulator found one). From the start of the line it
-            # continues, if that line is unfinished here (a restart counts whole lines only,
-            # so bytes of ours before this piece would sit past our end too), and from the
-            # first byte not yet synced: a power loss may cut any unsynced append, not only
-            # this one (seed 3164 of the simulator with power cuts that keep a page-cut tail).
-            start = ledger.open_line_start
-            first = min(d.offset if start is None else min(start, d.offset),
-                        max(0, ledger.size - self.unsynced))
-            self.appending = (peer, first, d.offset, d.end, hashlib.sha256(d.data).hexdigest())
-            out.append(NoteAppending(self.appending))
+        note = localfile.append_note(ledger, d, self.unsynced, peer)
+        if note is not None:  # a write a kill or a power loss may cut short: said first
+            self.appending = note
+            out.append(NoteAppending(note))
         out.append(Append(d.offset, d.data, self.inode if st is not None else None, peer))
 
     def _torn_local_line(self, peer: str, local: bytes, ours: bool, now: float, wall: float,
@@ -1166,8 +840,8 @@ class FileMachine:
         assert ledger is not None
         at = ledger.size
         if local:
-            self.refusals[peer] = Refuse(at + len(local), ledger.digest_with(local))
-            out.append(Send(Kind.REFUSE, self.refusals[peer], to=peer))
+            refusal = self.locator.refuse(peer, at + len(local), ledger.digest_with(local))
+            out.append(Send(Kind.REFUSE, refusal, to=peer))
         # `ours`: inside the range of an append of ours that a kill or a power loss may have
         # cut short, but too few of the piece's bytes to tell from a local writer's line.
         what = ("the start of a line an append of ours cut short may have left (or a local "
@@ -1207,11 +881,7 @@ class FileMachine:
         # The sender held exactly these bytes: its position is known without an announcement.
         view = self.peers.get(ev.peer)
         if view is not None:
-            view.heard_at = wall
-        if view is not None and view.position.size < ledger.size:
-            view.position, view.verified = Position(ledger.size, ledger.digest()), True
-            view.state = PeerState.IN_SYNC
-            view.grew_at = wall
+            peers.took_from(view, ledger.size, ledger.digest(), wall)
         if self.fetch is not None and self.fetch.peer == ev.peer:
             self.fetch.deadline = now + self.tuning.request_timeout
         if self.unsynced >= self.tuning.fetch_window:
@@ -1280,8 +950,7 @@ class FileMachine:
         verdict = judge_request(ledger.size, r.have, r.digest, ours)
         if verdict is Verdict.DIVERGED:
             assert ours is not None
-            self.refusals[peer] = Refuse(r.have, ours)
-            out.append(Send(Kind.REFUSE, self.refusals[peer], to=peer))
+            out.append(Send(Kind.REFUSE, self.locator.refuse(peer, r.have, ours), to=peer))
             self._diverge(peer, r.have, f"{peer} asked for bytes after a prefix of {r.have} "
                           "bytes that differs from ours", now, wall, out)
             return
@@ -1296,45 +965,23 @@ class FileMachine:
             self._announce(now, out, at_once=True, answers=r.ask)
 
     def _serve(self, peer: str, r: Request, snap: Snapshot, out: list[Effect]) -> None:
-        ledger = self.ledger
-        assert ledger is not None
-        start, end = self._serve_range(r)
-        if start >= end:
-            return
-        first, last = self._serve_read(start, end)
-        buf = snap.get(first, last)
-        st = snap.stat
-        # Unchanged since we last wrote or judged it (size, mtime and inode, as git's index
-        # trusts a file): the bytes are the ones we recorded. Otherwise check every block.
-        untouched = st is not None and (st.size, st.mtime_ns) == self.seen
-        if (len(buf) != last - first or st is None or st.inode != self.inode
-                or not (untouched or ledger.holds(first, buf))):
-            # Shorter, another file, or bytes changed since we recorded them: never vouch
-            # for them. The look (or a full check) says what happened.
-            out.append(Rehash("check", hold=ledger.size, why="bytes asked for by a peer changed")
-                       if len(buf) == last - first and st is not None
-                       and st.inode == self.inode else LookAgain())
-            return
-        pos = start
-        chunk = self.tuning.chunk_bytes
-        while pos < end:
-            stop = first + recordkinds.piece_end(self.records, buf, pos - first, end - first,
-                                                 chunk)
-            base = ledger.digest_at(pos, buf[block_start(pos) - first: pos - first])
-            piece = buf[pos - first: stop - first]
-            out.append(Send(Kind.FILL, Data(pos, base, piece), to=peer))
-            self.counters["served_bytes"] += len(piece)
-            self.counters["served_frames"] += 1
-            pos = stop
+        assert self.ledger is not None
+        sent = serving.serve(self.ledger, r, snap, peer, seen=self.seen, inode=self.inode,
+                             window=self.tuning.fetch_window, chunk=self.tuning.chunk_bytes,
+                             records=self.records)
+        for e in sent:
+            if isinstance(e, Send):
+                assert isinstance(e.payload, Data)
+                self.counters["served_bytes"] += len(e.payload.data)
+                self.counters["served_frames"] += 1
+        out += sent
 
     def _forget(self, peer: str, now: float, out: list[Effect]) -> None:
         self.peers.pop(peer, None)
         self.online.pop(peer, None)
-        self.locating.pop(peer, None)
-        self.probing.pop(peer, None)
+        self.locator.forget(peer)
         if self.fetch is not None and self.fetch.peer == peer:
             self.fetch = None
-        self.refusals.pop(peer, None)
         if self.diverged.pop(peer, None) is not None:
             out.append(Log(logging.WARNING, f"{self.name}: divergence with {peer} dropped: that "
                                             "node was retired (syncd forget)"))
@@ -1351,25 +998,14 @@ class FileMachine:
         if ledger is None or (ad is None and not self.may_accept_any(now)):
             self.fetch = None
             return
-        if ad is not None:
-            view = self.peers.get(ad.peer)
-            candidates = {ad.peer: (view.position.size if view else 0,
-                                    self.online.get(ad.peer, False))}
-        else:
-            # Never a frozen or adopting copy, nor one whose history differs from ours (either
-            # side may know it first: a peer that names us would only refuse).
-            candidates = {
-                node: (v.position.size, v.frozen is None and node not in self.diverged
-                       and self.node not in v.diverged and self.online.get(node, False))
-                for node, v in self.peers.items()
-            }
+        candidates = peers.fetch_candidates(self.peers, self.online, self.diverged, self.node,
+                                            ad.peer if ad is not None else None)
         source = choose_source(ledger.size, candidates)
         if source is None:
-            if (ad is not None and self.mode is Mode.ADOPTING and ad.ask
-                    and ad.fresh != self.position and self.online.get(ad.peer, False)):
-                # We hold as much as the winner announced, but no answer to our asking
-                # describes our copy (its history moved under us, an answer was lost): ask
-                # again, on the request timer, until a fresh answer says where it stands.
+            if (ad is not None and self.mode is Mode.ADOPTING
+                    and adoption.asks_again(ad, self.position, self.online.get(ad.peer, False))):
+                # No answer to our asking describes our copy yet: ask again, on the request
+                # timer, until a fresh answer says where it stands.
                 if self.fetch is None:
                     out.append(Send(Kind.REQ, Request(ledger.size, ledger.digest(), ledger.size,
                                                       self.tuning.fetch_window, force=True,
@@ -1422,17 +1058,14 @@ class FileMachine:
                 self.paused = None  # nothing left to write: not paused any more
         if self.settle is not None and now >= self.settle.since + SETTLE:
             out.append(LookAgain())
-        if (due := self._unsettled_due()) is not None and now >= due:
-            assert self.unsettled is not None
-            self.unsettled.looked = True  # a look judges the file again (or it changed)
+        if (due := self.holdback.due()) is not None and now >= due:
+            self.holdback.looking()  # a look judges the file again (or it changed)
             out.append(LookAgain())
         if now >= self.last_announce + self.tuning.reannounce:
             self._announce(now, out, at_once=True)
         for peer, f in list(self.diverged.items()):
-            asked = self.locating.get(peer)
-            due = asked is None or now >= asked + LOCATE_RETRY
-            unaware = not self.knows_of_fork(peer)
-            if due and (f.line is None or (unaware and peer in self.refusals)):
+            if self.locator.due(peer, now) and self.locator.wants(peer, f,
+                                                                 self.knows_of_fork(peer)):
                 self._locate(peer, now, out)
         self._maybe_fetch(now, out)
         self._persist(now, out)
@@ -1589,29 +1222,8 @@ class FileMachine:
         """Ask a diverged peer for its block digests; the answers narrow it down to a byte."""
         if self.ledger is None or not self.online.get(peer):
             return
-        self.locating[peer] = now
-        refusal = self.refusals.get(peer)
-        if refusal is not None and not self.knows_of_fork(peer):
-            out.append(Send(Kind.REFUSE, refusal, to=peer))
-        if self.diverged.get(peer) is None or self.diverged[peer].line is None:
-            self._probe(peer, ProbeWhat.SUMS, 0, self._sums_per_frame(), out)
-
-    def _probe(self, peer: str, what: ProbeWhat, start: int, count: int,
-               out: list[Effect]) -> None:
-        self.probing[peer] = (what, start)
-        out.append(Send(Kind.PROBE, Probe(what, start, count), to=peer))
-
-    def _asked(self, peer: str, p: Probed) -> bool:
-        """Whether `p` answers the probe we sent `peer` last: same kind, same start, or the
-        start cut to the end of its copy (its blocks, or its bytes)."""
-        asked = self.probing.get(peer)
-        if asked is None or asked[0] is not p.what:
-            return False
-        end = p.size // BLOCK if p.what is ProbeWhat.SUMS else p.size
-        return p.start == asked[1] or (p.start < asked[1] and p.start == end)
-
-    def _sums_per_frame(self) -> int:
-        return max(1, self.tuning.chunk_bytes // DIGEST_SIZE)
+        out += self.locator.locate(peer, self.diverged.get(peer), self.knows_of_fork(peer), now,
+                                   serving.sums_per_frame(self.tuning.chunk_bytes))
 
     def _answer_probe(self, peer: str, p: Probe, snap: Snapshot, out: list[Effect]) -> None:
         # Answered as a request is (may_serve): a frozen copy (a reset, a write on a replica)
@@ -1621,48 +1233,27 @@ class FileMachine:
         ledger = self.ledger
         if ledger is None or not self.may_serve(False):
             return
-        if p.what is ProbeWhat.SUMS:
-            blocks = len(ledger.chain) - 1
-            start = min(p.start, blocks)
-            count = min(p.count, self._sums_per_frame(), blocks - start)
-            body = b"".join(ledger.chain[start + 1: start + 1 + count])
-        else:
-            start = min(p.start, ledger.size)
-            body = _first_read(snap)
-        out.append(Send(Kind.PROBED, Probed(p.what, start, ledger.size, body), to=peer))
+        probed = serving.answer_probe(ledger, p, snap,
+                                      serving.sums_per_frame(self.tuning.chunk_bytes))
+        out.append(Send(Kind.PROBED, probed, to=peer))
 
     def _narrow(self, peer: str, p: Probed, snap: Snapshot, out: list[Effect]) -> None:
         ledger = self.ledger
         found = self.diverged.get(peer)
-        if ledger is None or found is None or found.line is not None or not self._asked(peer, p):
+        if (ledger is None or found is None or found.line is not None
+                or not self.locator.asked(peer, p)):
             return  # not the answer to the probe we sent last (a late one, or unasked)
-        del self.probing[peer]
-        if p.what is ProbeWhat.SUMS:
-            theirs = [p.data[i: i + DIGEST_SIZE] for i in range(0, len(p.data), DIGEST_SIZE)]
-            block = first_differing_block(ledger.chain, theirs, p.start)
-            if block is None:
-                common = min(len(ledger.chain) - 1, p.size // BLOCK)
-                if p.start + len(theirs) < common:
-                    self._probe(peer, ProbeWhat.SUMS, p.start + len(theirs),
-                                self._sums_per_frame(), out)
-                    return
-                block = common  # the full blocks agree: it is in the next one
-            self._probe(peer, ProbeWhat.BYTES, block * BLOCK, BLOCK, out)
-            return
-        # What the file holds, shipped or not: that is what the operator compares.
-        ours = snap.get(p.start, p.start + len(p.data))
-        i = first_differing_byte(ours, p.data)
-        if i is None:
-            i = min(len(ours), len(p.data))  # one copy ends where the other goes on
-        self.diverged[peer] = dataclasses.replace(
-            found, offset=p.start + i, ours=line_around(ours, i), theirs=line_around(p.data, i))
-        out.append(FindLine(peer, p.start + i))
+        effect, located = self.locator.narrow(peer, p, ledger.chain, snap, found,
+                                              serving.sums_per_frame(self.tuning.chunk_bytes))
+        if located is not None:
+            self.diverged[peer] = located
+        out.append(effect)
 
     def _on_line_found(self, ev: LineFound, now: float, out: list[Effect]) -> None:
-        found = self.diverged.get(ev.peer)
-        if found is None or found.offset != ev.offset:
+        found = with_line(self.diverged.get(ev.peer), ev)
+        if found is None:
             return
-        self.diverged[ev.peer] = dataclasses.replace(found, line=ev.line)
+        self.diverged[ev.peer] = found
         out.append(Log(logging.WARNING, f"{self.name}: copies of {self.node} and {ev.peer} "
                                         f"first differ at byte {ev.offset} (line {ev.line})"))
         self.record_dirty = True
@@ -1679,50 +1270,24 @@ class FileMachine:
             out.append(Sync(local=False))
             out.append(Redeliver(AdoptRequested(source, ticket)))
             return
-        view = self.peers.get(source)
-        if source != self.node and view is not None and view.frozen == "reset":
-            out.append(AdoptDone(ticket, {"error": (
-                f"{source}'s copy of {self.name} is reset (its file was cleared or replaced): "
-                f"it holds nothing it can vouch for. On {source}, keep its new copy first "
-                f"({shellwords.command('syncd', 'adopt', self.key, '--from', source)}), "
-                "then adopt it here")}))
+        why = adoption.refusal(self.name, self.key, self.node, source, self.peers.get(source))
+        if why is not None:
+            out.append(AdoptDone(ticket, {"error": why}))
             return
-        if self._supersede_adoption(source, ticket, wall, out):
-            return
+        if self.adoption is not None:
+            ad = self.adoption
+            same = ad.peer == source and source != self.node and self.mode is Mode.ADOPTING
+            self.adoption, said = adoption.supersede(ad, source, ticket, wall, self.name, same)
+            out += said
+            if self.adoption is not None:
+                return
         if source == self.node:
             out.append(Rehash("keep"))
             self.adoption = Adoption(source, ticket)
             return
-        reasons = [f.detail for f in ([self.freeze] if self.freeze else [])]
-        reasons += [f"diverged from {n}: {f.detail}" for n, f in self.diverged.items()]
         self.adoption = Adoption(source, ticket)
         self.own_removal_until = now + OWN_REMOVAL_WINDOW
-        out.append(Archive({"reason": "; ".join(reasons) or "operator adopted another copy",
-                            "adopted_from": source}))
-
-    def _supersede_adoption(self, source: str, ticket: object, wall: float,
-                            out: list[Effect]) -> bool:
-        """A request while an adoption is under way (an operator asking again after a stalled
-        `syncd adopt`, or a second one): the earlier request is answered, never left waiting.
-        The same source goes on with the copy taken so far, done only on an answer to this
-        request; another source starts over (the partial copy is archived). True if handled."""
-        ad = self.adoption
-        if ad is None:
-            return False
-        self.adoption = None
-        same = ad.peer == source and source != self.node and self.mode is Mode.ADOPTING
-        why = ("a later request for the same copy takes it over" if same
-               else f"the operator now adopts {source}'s copy instead of {ad.peer}'s")
-        out.append(AdoptDone(ad.ticket, {"error": f"superseded: {why}"}))
-        out.append(Log(logging.WARNING, f"{self.name}: adoption of {ad.peer}'s copy superseded: "
-                                        f"{why}"))
-        if not same:
-            return False
-        # Done only when our copy equals what the source held after this request.
-        ad.ticket, ad.fresh = ticket, None
-        ad.ask = max(ad.ask + 1, int(wall * 1000))
-        self.adoption = ad
-        return True
+        out.append(Archive(adoption.archive_reason(self.freeze, self.diverged, source)))
 
     def _on_archived(self, path: str, now: float, wall: float, out: list[Effect]) -> None:
         ad = self.adoption
@@ -1740,7 +1305,7 @@ class FileMachine:
         self._persist(now, out, force=True)
         out.append(LogCheck(restart=True))
         self._announce(now, out, at_once=True)
-        ad.ask = max(1, int(wall * 1000))
+        ad.ask = adoption.first_ask(wall)
         self._maybe_fetch(now, out)
 
     def _adoption_spoiled(self, detail: str, out: list[Effect]) -> None:
@@ -1760,15 +1325,14 @@ class FileMachine:
         ad = self.adoption
         if ad is None or self.mode is not Mode.ADOPTING or self.unsynced:
             return
-        if ad.fresh is None or ad.fresh != self.position:
+        if not adoption.done(ad, self.position):
             return
         self.adoption = None
         self._enter(Mode.LIVE)  # a peer with yet another history stays diverged: that one only
         self._announce(now, out, at_once=True)  # no longer "adopting": a source again
         out.append(Log(logging.INFO, f"{self.name}: now identical to {ad.peer}'s copy "
                                      f"({self.position.size} bytes)"))
-        out.append(AdoptDone(ad.ticket, {"file": self.file, "archive": ad.archive,
-                                         "size": self.position.size}))
+        out.append(adoption.finished(ad.ticket, self.file, ad.archive, self.position.size))
         # Local changes were not judged while adopting (the bot should have been stopped):
         # check the whole copy once against what we took, so that none goes unnoticed.
         out.append(Rehash("check", hold=self.held,
@@ -1793,8 +1357,7 @@ class FileMachine:
         for peer, view in self.peers.items():
             self._assess(peer, view, EMPTY, now, wall, out)
         if ad is not None:
-            out.append(AdoptDone(ad.ticket, {"file": self.file, "archive": None,
-                                             "size": self.position.size}))
+            out.append(adoption.finished(ad.ticket, self.file, None, self.position.size))
 
     def _new_history(self, ledger: Ledger, st: Stat | None, out: list[Effect]) -> None:
         """The operator replaced this copy's history (adopt, or keep the local copy): forget
@@ -1804,19 +1367,14 @@ class FileMachine:
         self.freeze, self.diverged, self.note, self.intent = None, {}, None, None
         self.appending = None
         out.append(NoteAppending(None))  # about the history just replaced
-        self.refusals.clear()
-        self.locating.clear()
-        self.probing.clear()
+        self.locator.clear()
         self._adopt_stat(st)
         self.position = Position(ledger.size, ledger.digest())
-        for view in self.peers.values():
-            view.verified, view.forked, view.probed = False, False, False
+        peers.unverify(self.peers, probed=True)
         self.record_dirty = True
 
     def adoption_progress(self) -> tuple[int, int]:
-        ad = self.adoption
-        view = self.peers.get(ad.peer) if ad else None
-        return self.position.size, view.position.size if view else 0
+        return adoption.progress(self.adoption, self.position.size, self.peers)
 
     # --- status ---------------------------------------------------------------------------------
 
@@ -1837,16 +1395,6 @@ class FileMachine:
         return self.peers[node].state
 
     def status(self) -> dict[str, Any]:
-        peers = {}
-        for node, v in sorted(self.peers.items()):
-            peers[node] = {
-                "size": v.position.size,
-                "state": self.peer_state(node).value,
-                "frozen": v.frozen,
-                "diverged": list(v.diverged),
-                "online": self.online.get(node, False),
-                "lag_bytes": max(0, self.position.size - v.position.size),
-            }
         return {
             "key": self.key,
             "file": self.file,
@@ -1862,58 +1410,11 @@ class FileMachine:
             "adopting": self.adoption.peer if self.adoption else None,
             "freeze": self.freeze.to_json() if self.freeze else None,
             "diverged": {n: f.to_json() for n, f in sorted(self.diverged.items())},
-            "peers": peers,
+            "peers": peers.peers_status(self.peers, self.online, self.position.size,
+                                        self.peer_state),
             **self.counters,
         }
 
     def peer_sizes_ahead(self) -> dict[str, int]:
-        return {n: v.position.size - self.position.size for n, v in self.peers.items()
-                if v.position.size > self.position.size and n not in self.diverged}
+        return peers.sizes_ahead(self.peers, self.position.size, self.diverged)
 
-
-# A write() that a fatal signal interrupts, or that a power loss tears, stops on a page
-# boundary (the kernel copies page by page): 4096 on Linux, and larger pages are multiples.
-PAGE = 4096
-
-
-def _maybe_cut_short(appending: Appending | None, end: int, file_size: int) -> bool:
-    """Whether the bytes past our `end` may be what an append of ours cut short left: inside
-    the range we were appending (`appending`), and ending on a page boundary. They are ours
-    only if they are also byte for byte what a peer sends there, and _cut_short_is_ours."""
-    return (appending is not None and appending[1] <= end < file_size <= appending[3]
-            and file_size % PAGE == 0)
-
-
-def _cut_short_is_ours(appending: Appending | None, end: int, local: bytes, d: Data) -> bool:
-    """Bytes `local` past our `end`, equal to the start of the peer's `d` and inside the noted
-    range (_maybe_cut_short): ours, or a local writer's that happen to be equal? A process
-    killed before its append leaves the note and no byte; the local writer may then start a
-    line there, and every line of a log starts alike (simulator seed 7027257: 3 bytes,
-    `{"i`, spliced a writer's line into a peer's history). So: the whole piece, with the
-    digest noted, or at least a page of the piece's own bytes (no writer's line equals a
-    peer's for that long); and where the peer's bytes cover the noted piece, they must be
-    the noted ones (the history we were appending). Anything else is refused as a
-    divergence, never spliced."""
-    if appending is None:
-        return False
-    _, _, offset, stop, digest = appending
-    if d.offset <= offset and d.end >= stop and hashlib.sha256(
-            d.data[offset - d.offset: stop - d.offset]).hexdigest() != digest:
-        return False
-    size = end + len(local)
-    if size == stop and offset >= end and hashlib.sha256(
-            local[offset - end:]).hexdigest() == digest:
-        return True
-    # The piece's bytes in the file: [offset, size), all equal to the peer's (those below
-    # `end` by the digest the peer's base matched, the others byte for byte).
-    return size - (offset if size > offset else end) >= PAGE
-
-
-def _first_read(snap: Snapshot) -> bytes:
-    """The one range a look (or a peer's data) reads: from Ledger.recheck_start() on."""
-    return next(iter(snap.reads.values()), b"")
-
-
-def effects_of_kind(effects: Iterable[Effect], kind: type) -> list[Any]:
-    """The effects of one type, in order (for tests and the simulator)."""
-    return [e for e in effects if isinstance(e, kind)]

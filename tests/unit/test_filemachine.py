@@ -1,8 +1,8 @@
 """The per-file machine without sockets or files: scripted events in, expected effects out.
 
-Each test drives `syncd.core.machine.FileMachine` the way the shell does (reads the planned bytes
-from an in-memory file, hands over event and snapshot) and asserts on the effects. Milliseconds
-each; the end-to-end tests stay the acceptance layer.
+Each test drives `syncd.core.filemachine.FileMachine` the way the shell does (reads the planned
+bytes from an in-memory file, hands over event and snapshot) and asserts on the effects.
+Milliseconds each; the end-to-end tests stay the acceptance layer.
 """
 
 from __future__ import annotations
@@ -13,14 +13,8 @@ import hashlib
 import pytest
 
 from syncd.core.events import (
-    AdoptDone,
-    AdoptRequested,
     Append,
     Appended,
-    AppendFailed,
-    Archive,
-    Archived,
-    Drained,
     Event,
     FindLine,
     IoFailed,
@@ -40,7 +34,6 @@ from syncd.core.events import (
     Redeliver,
     Rehash,
     Rehashed,
-    ScrubMismatch,
     Send,
     Snapshot,
     Sync,
@@ -48,57 +41,17 @@ from syncd.core.events import (
     SyncFailed,
     Tick,
 )
-from syncd.core.frames import Announce, Data, Kind, Probe, Probed, ProbeWhat, Refuse, Request
-from syncd.core.ledger import BLOCK, Ledger, Position, digest_of
-from syncd.core.machine import (
+from syncd.core.filemachine import (
     LOCATE_RETRY,
     PAGE,
     FileMachine,
     Mode,
     Tuning,
 )
-from syncd.core.reconcile import PeerState
+from syncd.core.frames import Announce, Data, Kind, Probe, Probed, ProbeWhat, Refuse, Request
+from syncd.core.ledger import BLOCK, Ledger, Position, digest_of
 from syncd.core.records import Appending, FileRecord, Stat
-from tests.support.memfile import MemFile
-
-File = MemFile  # an in-memory file, read the way the shell reads the real one
-
-
-def feed(m: FileMachine, f: File | None, event: Event, now: float = 1.0) -> list[object]:
-    """Hand one event to the machine and carry out the effects that have results."""
-    snap = f.snapshot(m, event) if f is not None else Snapshot()
-    effects: list[object] = list(m.handle(event, snap, now, 1e9 + now))
-    out = list(effects)
-    for e in effects:
-        if isinstance(e, Append) and f is not None:
-            f.write(e.data)
-            out += feed(m, f, Appended(e.peer, e.data, Stat(1, f.inode, len(f.data), f.mtime,
-                                                               f.mtime)), now)
-        elif isinstance(e, Sync):
-            out += feed(m, f, Synced(), now)
-        elif isinstance(e, Redeliver):
-            out += feed(m, f, e.event, now)  # the shell puts it first in line
-        elif isinstance(e, Rehash) and f is not None:
-            ledger = Ledger()
-            ledger.extend(bytes(f.data[: f.data.rfind(b"\n") + 1]))
-            out += feed(m, f, Rehashed(e.purpose, ledger, e.why), now)
-    return out
-
-
-def live(data: bytes = b"", peers: tuple[str, ...] = ("b",)) -> tuple[FileMachine, File]:
-    """A machine that holds `data` (already recorded), with peers online."""
-    m = FileMachine("a", "k", "events.jsonl", "symmetric", Tuning(),
-                online=dict.fromkeys(peers, True))
-    f = File(data)
-    feed(m, f, Loaded(None, []))
-    feed(m, f, Look())
-    assert m.mode is Mode.LIVE and m.held == len(data)
-    return m, f
-
-
-def sent(effects: list[object], kind: Kind) -> list[Send]:
-    return [e for e in effects if isinstance(e, Send) and e.kind is kind]
-
+from tests.support.memfile import File, feed, live, sent
 
 LINE = b'{"id": "1"}\n'
 
@@ -173,154 +126,6 @@ def test_a_failed_look_is_shown_and_retried_until_it_works() -> None:
     assert any(isinstance(e, LookAgain) for e in out)
     out = feed(m, f, Look(), now=due)
     assert sent(out, Kind.LIVE) and m.failing is None
-
-
-def test_adopt_is_done_only_on_a_position_announced_in_reply_to_our_request() -> None:
-    """#10 case 5: a retained (older) position of the winner does not finish an adoption."""
-    m, f = live(LINE)
-    winner = LINE + b'{"id": "w"}\n'
-    feed(m, f, PeerPos("b", Announce(12, digest_of(winner[:12]), "diverged")))
-    out = feed(m, f, AdoptRequested("b", "ticket"))
-    assert any(isinstance(e, Archive) for e in out)
-    f.data, f.inode = bytearray(), 3
-    out = feed(m, f, Archived("archive/1"))
-    request = sent(out, Kind.REQ)[0].payload
-    assert isinstance(request, Request) and request.force and request.ask
-    # The winner's old retained position says 12 bytes; we fetch them...
-    feed(m, f, PeerData("b", Data(0, Position.empty().digest, winner[:12])))
-    feed(m, f, Drained())
-    out = feed(m, f, PeerPos("b", Announce(12, digest_of(winner[:12]))))
-    assert not any(isinstance(e, AdoptDone) for e in out)  # ...but that is not a reply
-    feed(m, f, PeerData("b", Data(12, digest_of(winner[:12]), winner[12:])))
-    feed(m, f, Drained())
-    out = feed(m, f, PeerPos("b", Announce(len(winner), digest_of(winner), None,
-                                            request.ask)))
-    done = [e for e in out if isinstance(e, AdoptDone)]
-    assert done and done[0].result["size"] == len(winner) and m.mode is Mode.LIVE
-
-
-def test_an_adoption_asks_again_until_an_answer_describes_the_copy_it_holds() -> None:
-    """The winner's answer described another history than the bytes it served (its copy was
-    re-described meanwhile): holding as much as it announced, we ask again, not wait forever."""
-    m, f = live(LINE)
-    feed(m, f, PeerPos("b", Announce(12, digest_of(b'{"id": "w"}\n'), "diverged")))
-    feed(m, f, AdoptRequested("b", "ticket"))
-    f.data, f.inode = bytearray(), 3
-    ask = sent(feed(m, f, Archived("archive/1")), Kind.REQ)[0].payload.ask
-    feed(m, f, PeerData("b", Data(0, Position.empty().digest, LINE)))
-    feed(m, f, Drained())
-    out = feed(m, f, PeerPos("b", Announce(12, digest_of(b'{"id": "w"}\n'), None, ask)))
-    assert not [e for e in out if isinstance(e, AdoptDone)] and m.mode is Mode.ADOPTING
-    out = feed(m, f, Tick(), now=1.0 + Tuning().request_timeout)
-    [again] = sent(out, Kind.REQ)
-    assert again.payload.force and again.payload.ask == ask and again.payload.have == 12
-    out = feed(m, f, PeerPos("b", Announce(12, digest_of(LINE), None, ask)), now=5.0)
-    assert [e for e in out if isinstance(e, AdoptDone)] and m.mode is Mode.LIVE
-
-
-def test_a_second_adoption_request_answers_the_first_and_adopts_the_copy_it_names() -> None:
-    """Simulator seed 4001713: a request for another source while an adoption is under way
-    used to leave the first requester waiting forever. It is answered (superseded), the
-    copy taken so far is archived, and the new source's copy is fetched from byte 0."""
-    m, f = live(LINE, peers=("b", "c"))
-    other = b'{"id": "c"}\n'
-    feed(m, f, PeerPos("b", Announce(12, digest_of(b'{"id": "w"}\n'), "diverged")))
-    feed(m, f, PeerPos("c", Announce(len(other), digest_of(other), "diverged")))
-    feed(m, f, AdoptRequested("b", "first"))
-    f.data, f.inode = bytearray(), 3
-    feed(m, f, Archived("archive/1"))
-    feed(m, f, PeerData("b", Data(0, Position.empty().digest, b'{"id": "w"}\n')))
-    feed(m, f, Drained())
-    out = feed(m, f, AdoptRequested("c", "second"))
-    [done] = [e for e in out if isinstance(e, AdoptDone)]
-    assert done.ticket == "first" and "superseded" in done.result["error"]
-    assert "c's copy instead of b's" in done.result["error"]
-    assert any(isinstance(e, Archive) for e in out)  # the partial copy of b's is kept aside
-    f.data, f.inode = bytearray(), 4
-    out = feed(m, f, Archived("archive/2"))
-    [request] = sent(out, Kind.REQ)
-    assert request.to == "c" and request.payload.have == 0
-    feed(m, f, PeerData("c", Data(0, Position.empty().digest, other)))
-    feed(m, f, Drained())
-    out = feed(m, f, PeerPos("c", Announce(len(other), digest_of(other), None,
-                                            request.payload.ask)))
-    [done] = [e for e in out if isinstance(e, AdoptDone)]
-    assert done.ticket == "second" and done.result["size"] == len(other)
-    assert bytes(f.data) == other and m.mode is Mode.LIVE
-
-
-def test_asking_again_for_the_same_copy_takes_the_adoption_over_without_starting_over(
-) -> None:
-    """An operator re-runs `syncd adopt` after a stalled one: the first request is answered,
-    the bytes taken so far stay, and only an answer to the new request ends the adoption."""
-    m, f = live(LINE)
-    winner = b'{"id": "w"}\n' + LINE
-    feed(m, f, PeerPos("b", Announce(len(winner), digest_of(winner), "diverged")))
-    feed(m, f, AdoptRequested("b", "first"))
-    f.data, f.inode = bytearray(), 3
-    first_ask = sent(feed(m, f, Archived("archive/1")), Kind.REQ)[0].payload.ask
-    feed(m, f, PeerData("b", Data(0, Position.empty().digest, winner[:12])))
-    feed(m, f, Drained())
-    out = feed(m, f, AdoptRequested("b", "second"))
-    [done] = [e for e in out if isinstance(e, AdoptDone)]
-    assert done.ticket == "first" and "superseded" in done.result["error"]
-    assert not any(isinstance(e, Archive) for e in out) and bytes(f.data) == winner[:12]
-    assert m.adoption is not None and m.adoption.ask > first_ask
-    feed(m, f, PeerData("b", Data(12, digest_of(winner[:12]), winner[12:])))
-    feed(m, f, Drained())
-    # An answer to the first request does not end the second...
-    out = feed(m, f, PeerPos("b", Announce(len(winner), digest_of(winner), None, first_ask)))
-    assert not any(isinstance(e, AdoptDone) for e in out) and m.mode is Mode.ADOPTING
-    out = feed(m, f, PeerPos("b", Announce(len(winner), digest_of(winner), None,
-                                            m.adoption.ask)))
-    [done] = [e for e in out if isinstance(e, AdoptDone)]
-    assert done.ticket == "second" and done.result["size"] == len(winner)
-
-
-def test_a_local_writer_during_an_adoption_ends_it_with_an_error() -> None:
-    m, f = live(LINE)
-    winner = LINE + b'{"id": "w"}\n'
-    feed(m, f, PeerPos("b", Announce(len(winner), digest_of(winner), "diverged")))
-    feed(m, f, AdoptRequested("b", "ticket"))
-    f.data, f.inode = bytearray(), 3
-    feed(m, f, Archived("archive/1"))
-    feed(m, f, PeerData("b", Data(0, Position.empty().digest, LINE)))
-    feed(m, f, Drained())
-    out = feed(m, f, AppendFailed("concurrent", "size 30, expected 12"))
-    [done] = [e for e in out if isinstance(e, AdoptDone)]
-    assert "another process wrote" in done.result["error"]
-    assert m.mode is Mode.FROZEN and m.adoption is None
-
-
-@pytest.mark.parametrize("found_by", ["look", "scrub"])
-def test_an_edit_during_an_adoption_ends_it_and_no_peer_stays_in_sync_over_it(
-        found_by: str) -> None:
-    """Seed 2007537: an adopting copy served what it took (c holds it, in_sync), the source
-    never answered, and an operator edited the bytes taken so far. The adoption ends with an
-    error and the copy is judged again as a live one: c is not in_sync over bytes we lost."""
-    m, f = live(LINE, peers=("b", "c"))
-    winner = LINE + b'{"id": "w"}\n'
-    feed(m, f, PeerPos("b", Announce(len(winner), digest_of(winner), "diverged")))
-    feed(m, f, AdoptRequested("b", "ticket"))
-    f.data, f.inode = bytearray(), 3
-    feed(m, f, Archived("archive/1"))
-    feed(m, f, PeerData("b", Data(0, Position.empty().digest, LINE)))
-    feed(m, f, Drained())
-    feed(m, f, PeerPos("c", Announce(len(LINE), digest_of(LINE))))
-    assert m.mode is Mode.ADOPTING and m.peers["c"].state is PeerState.IN_SYNC
-    f.data[3] = ord("E")  # the operator's edit of a byte we took (and c holds)
-    f.mtime += 1
-    if found_by == "look":
-        out = feed(m, f, Look(), now=2.0)
-    else:
-        f.write(b'{"id": "bot"}\n')  # grown too: a look sees growth only; the scrub finds it
-        out = feed(m, f, ScrubMismatch(), now=2.0)
-    [done] = [e for e in out if isinstance(e, AdoptDone)]
-    assert "error" in done.result
-    assert m.mode is Mode.LIVE and m.adoption is None
-    assert m.position.digest != digest_of(LINE)  # the edited bytes are announced as ours
-    feed(m, f, PeerPos("c", Announce(len(LINE), digest_of(LINE))), now=3.0)
-    assert m.peers["c"].state is PeerState.DIVERGED
 
 
 def test_serving_checks_the_bytes_against_the_ledger_first() -> None:

@@ -1,5 +1,5 @@
 """The per-file machine on a log of Zstandard frames, and the writer's rollback rule (hold
-back: FileMachine.hold_back): scripted events in, effects out, as in test_machine.py."""
+back: FileMachine.hold_back): scripted events in, effects out, as in test_filemachine.py."""
 
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ from syncd.core.events import (
     Synced,
     Tick,
 )
+from syncd.core.filemachine import FileMachine, Mode, Tuning
 from syncd.core.frames import Data, Kind
 from syncd.core.ledger import Ledger, digest_of
-from syncd.core.machine import FileMachine, Mode, Tuning
 from syncd.core.records import Stat
 from tests.support import zstd
 from tests.support.memfile import MemFile
