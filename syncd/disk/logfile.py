@@ -1,7 +1,8 @@
 """Blocking file I/O on one local copy. Small functions; the replica decides when to call them.
 
-Files are opened per operation (a host may carry thousands of keys; holding descriptors would
-exhaust the limit, and a fresh open always sees the current inode). Every open goes through
+Files are opened per operation, except that the descriptors of the last reads and appends
+below the roots stay open (openfiles.py: at most a few dozen, and each used again only where
+the name still means its inode). Every open goes through
 `open_file`: a file below a runtimes root is a Spot, reached from its root one directory at a
 time with no symbolic link followed (tree.py), and only a regular file is accepted, so a copy
 replaced by a link to a secret elsewhere, or by a FIFO, or reached through a directory swapped
@@ -22,6 +23,7 @@ from syncd.core.recordkinds import LINES, ZSTD_FRAMES
 from syncd.core.records import Stat, line_around  # noqa: F401  (re-exported)
 from syncd.core.spot import Spot
 from syncd.disk import tree
+from syncd.disk.openfiles import APPEND, OPEN, READ
 from syncd.disk.tree import NotRegularFile as NotRegularFile  # re-exported
 
 READ_CHUNK = 1 << 20
@@ -75,7 +77,9 @@ def stat(where: Where) -> Stat | None:
     try:
         st = tree.lstat(where) if isinstance(where, Spot) else os.lstat(where)
     except FileNotFoundError:
-        return None
+        st = None
+    if isinstance(where, Spot):
+        OPEN.vouch(where, None if st is None else (st.st_dev, st.st_ino))
     if st is None:
         return None
     return Stat(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
@@ -118,12 +122,18 @@ def snapshot(path: Where, ranges: tuple[tuple[int, int], ...], line_end_from: in
     recordkinds.py): all through one descriptor, so that they describe one file even if the
     name is replaced meanwhile. A missing file gives (None, {}, None); a symbolic link is
     refused (NotRegularFile)."""
-    try:
-        fd = open_file(path)
-    except FileNotFoundError:
-        return None, {}, None
+    held = OPEN.take_read(path) if isinstance(path, Spot) else None
+    if held is not None:
+        fd = held.fd
+    else:
+        try:
+            fd = open_file(path)
+        except FileNotFoundError:
+            return None, {}, None
     try:
         st = os.fstat(fd)
+        if held is None and isinstance(path, Spot):
+            held = OPEN.keep(path, READ, fd, (st.st_dev, st.st_ino))
         reads = {(a, b): os.pread(fd, b - a, a) if b > a else b"" for a, b in ranges}
         line_end = None
         if line_end_from is not None and records == ZSTD_FRAMES:
@@ -138,7 +148,10 @@ def snapshot(path: Where, ranges: tuple[tuple[int, int], ...], line_end_from: in
         return Stat(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns), reads, \
             line_end
     finally:
-        os.close(fd)
+        if held is not None:
+            OPEN.give_back(held)
+        else:
+            os.close(fd)
 
 
 def _last_frame_end(fd: int, start: int, size: int,
@@ -177,6 +190,16 @@ def append_at(path: Where, offset: int, data: bytes, inode: tuple[int, int] | No
     batch). Raises FileReplaced when the name now holds another file, ConcurrentWrite when
     the size is not `offset` before or `offset + len(data)` after, OSError otherwise (with
     nothing partial left behind)."""
+    if isinstance(path, Spot):
+        held = OPEN.take_append(path, inode) if inode is not None else None
+        if held is not None:
+            try:
+                return _append_fd(held.fd, offset, data)
+            except BaseException:
+                OPEN.forget(path)  # opened afresh next time: the error may be the inode's
+                raise
+            finally:
+                OPEN.give_back(held)
     flags = os.O_WRONLY | os.O_APPEND
     if inode is None:
         flags |= os.O_CREAT | os.O_EXCL
@@ -188,13 +211,19 @@ def append_at(path: Where, offset: int, data: bytes, inode: tuple[int, int] | No
         raise FileReplaced(f"{path} was created by someone else meanwhile") from None
     except FileNotFoundError:
         raise FileReplaced(f"{path} was removed") from None
+    kept = False
     try:
         st = os.fstat(fd)
         if inode is not None and (st.st_dev, st.st_ino) != inode:
             raise FileReplaced(f"{path} is another file now (inode {st.st_ino})")
-        return _append_fd(fd, offset, data)
+        done = _append_fd(fd, offset, data)
+        if isinstance(path, Spot):
+            OPEN.give_back(OPEN.keep(path, APPEND, fd, (st.st_dev, st.st_ino)))
+            kept = True
+        return done
     finally:
-        os.close(fd)
+        if not kept:
+            os.close(fd)
 
 
 def _append_fd(fd: int, offset: int, data: bytes) -> Stat:
@@ -225,7 +254,13 @@ def _undo_partial_append(fd: int, offset: int, written: int) -> None:
 
 
 def sync(path: Where) -> None:
-    """fsync a file we only read (the local writer's bytes) before announcing them."""
+    """fdatasync a file before its bytes are announced: through the descriptor they were last
+    read or appended through, when it is still open (openfiles.py), else opened by name."""
+    held = OPEN.take_any(path) if isinstance(path, Spot) else None
+    if held is not None:
+        with OPEN.using(held) as fd:
+            os.fdatasync(fd)
+        return
     try:
         fd = open_file(path)
     except FileNotFoundError:

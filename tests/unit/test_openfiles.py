@@ -1,0 +1,110 @@
+"""Descriptors kept open between reads (disk/openfiles.py) never outlive what the name means."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from syncd.core.errors import FileReplaced
+from syncd.core.spot import Spot
+from syncd.disk import logfile
+from syncd.disk.openfiles import OPEN, READ, OpenFiles
+from syncd.disk.tree import NotRegularFile
+
+
+def spot_in(tmp_path: Path, data: bytes = b"a\n") -> tuple[Spot, Path]:
+    (tmp_path / "k" / "mem").mkdir(parents=True)
+    path = tmp_path / "k" / "mem" / "log.jsonl"
+    path.write_bytes(data)
+    return Spot(tmp_path, ("k", "mem", "log.jsonl")), path
+
+
+def look(spot: Spot) -> bytes:
+    """As a look does: the stat, then the bytes."""
+    logfile.stat(spot)
+    _, reads, _ = logfile.snapshot(spot, ((0, 100),), None)
+    return reads[(0, 100)]
+
+
+def test_a_file_renamed_over_is_read_afresh(tmp_path: Path) -> None:
+    spot, path = spot_in(tmp_path)
+    assert look(spot) == b"a\n"
+    new = path.with_name("new")
+    new.write_bytes(b"b\n")
+    new.rename(path)
+    assert look(spot) == b"b\n"
+
+
+def test_a_directory_swapped_for_a_link_is_refused_though_a_descriptor_is_held(
+        tmp_path: Path) -> None:
+    spot, _ = spot_in(tmp_path)
+    assert look(spot) == b"a\n"
+    # The folder moved away and a link to it in its place: same inode at the end of the path.
+    os.rename(tmp_path / "k" / "mem", tmp_path / "k" / "moved")
+    os.symlink(tmp_path / "k" / "moved", tmp_path / "k" / "mem")
+    with pytest.raises(NotRegularFile):
+        logfile.stat(spot)
+    with pytest.raises(NotRegularFile):
+        logfile.snapshot(spot, ((0, 100),), None)  # not vouched for: opened by name
+
+
+def test_a_read_without_a_stat_before_it_opens_by_name(tmp_path: Path) -> None:
+    spot, path = spot_in(tmp_path)
+    assert look(spot) == b"a\n"
+    new = path.with_name("new")
+    new.write_bytes(b"b\n")
+    new.rename(path)
+    _, reads, _ = logfile.snapshot(spot, ((0, 100),), None)
+    assert reads[(0, 100)] == b"b\n"
+
+
+def test_an_append_goes_to_the_inode_asked_for_only(tmp_path: Path) -> None:
+    spot, path = spot_in(tmp_path)
+    st = logfile.stat(spot)
+    assert st is not None
+    st = logfile.append_at(spot, st.size, b"b\n", st.inode)
+    logfile.stat(spot)
+    st = logfile.append_at(spot, st.size, b"c\n", st.inode)  # through the kept descriptor
+    assert path.read_bytes() == b"a\nb\nc\n"
+    old = st.inode
+    new = path.with_name("new")
+    new.write_bytes(b"x\n")
+    new.rename(path)
+    logfile.stat(spot)
+    with pytest.raises(FileReplaced):
+        logfile.append_at(spot, st.size, b"d\n", old)
+
+
+def test_a_deleted_file_is_let_go_at_the_next_stat(tmp_path: Path) -> None:
+    spot, path = spot_in(tmp_path)
+    look(spot)
+    fd_count = len(os.listdir("/proc/self/fd"))
+    path.unlink()
+    assert logfile.stat(spot) is None
+    assert len(os.listdir("/proc/self/fd")) == fd_count - 1
+    logfile.sync(spot)  # nothing left to sync: no error
+
+
+def test_at_most_limit_descriptors_and_none_closed_while_in_use(tmp_path: Path) -> None:
+    files = OpenFiles(limit=2)
+    spots = []
+    for i in range(3):
+        p = tmp_path / f"f{i}"
+        p.write_bytes(b"x")
+        spots.append(Spot(tmp_path, (f"f{i}",)))
+    first = files.keep(spots[0], READ, os.open(tmp_path / "f0", os.O_RDONLY), (0, 0))
+    for i in (1, 2):
+        files.give_back(files.keep(spots[i], READ, os.open(tmp_path / f"f{i}", os.O_RDONLY),
+                                   (0, i)))
+    assert len(files) == 2
+    assert os.pread(first.fd, 1, 0) == b"x"  # evicted, still open for its user
+    files.give_back(first)
+    with pytest.raises(OSError):
+        os.fstat(first.fd)
+    files.close_all()
+
+
+def test_the_process_table_is_bounded() -> None:
+    assert 0 < OPEN.limit <= 256
