@@ -10,7 +10,7 @@ the host already holds `max_keys` keys (its own count too: they are never refuse
 
 Pure bookkeeping: the node adds every key it replicates and asks before it creates one on a
 peer's word; what is on disk but not known yet (an instance's directory made a moment ago) is
-the node's own check (daemon/host.py, `_inside_instance`).
+the node's own check (daemon/instances.py, `_new_key_refusal`).
 """
 
 from __future__ import annotations

@@ -5,19 +5,21 @@ per file takes one event at a time: it reads what the machine's plan names (stat
 through one descriptor), hands the event and the snapshot to the machine, and carries out the
 effects in order, feeding each result (appended, synced, rehashed, archived) straight back,
 so that a local append, a peer's bytes and a peer's request never race each other.
+
+Beside it: when the file's log checks run (logchecks.py), and the facts its READY is decided
+on (readyfacts.py). A watcher hint comes in as changed(): our own append is no news, anything
+else goes through the host's commit gate (window.py), which calls hint_local() back.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import errno
 import logging
 import os
 import time
-from collections import Counter, deque
-from collections.abc import Iterable
+from collections import deque
 from pathlib import Path
 from typing import Protocol
 
@@ -48,9 +50,7 @@ from syncd.core.events import (
     Look,
     LookAgain,
     NoteAppending,
-    PeerData,
     PeerForgotten,
-    PeerPos,
     Persist,
     Reassess,
     Reconnected,
@@ -74,11 +74,12 @@ from syncd.core.filemachine import (
 )
 from syncd.core.ledger import Ledger
 from syncd.core.names import printable
-from syncd.core.readiness import MISSING_SHOWN, Facts, PeerFacts, Unconfirmed, decide
+from syncd.core.readiness import MISSING_SHOWN, decide
 from syncd.core.records import Stat
 from syncd.core.spot import Spot
-from syncd.daemon import logoutput
-from syncd.daemon.logfollow import IncrementalVerifier
+from syncd.daemon import logoutput, readyfacts
+from syncd.daemon.logchecks import LogChecks
+from syncd.daemon.readyfacts import FactsHost, Unhandled
 from syncd.disk import logfile, tree
 from syncd.disk.archive import archive_copy
 from syncd.disk.groupsync import GroupSync
@@ -92,21 +93,33 @@ LOOK, DRAINED, SYNCED, TICK = Look(), Drained(), Synced(), Tick()
 INLINE_SYNC_BYTES = 64 * 1024  # below this, a lone busy file's sync may be waited for
 
 
-class HostServices(Protocol):
-    """What a replica needs from the node that owns it."""
+class Commits(Protocol):
+    """The host's commit gate, as a file sees it (window.py CommitGate)."""
+
+    def offer(self, thing: FileTask) -> None:
+        """The file changed: its look starts now, after the batch window, or after the one
+        under way (the gate then calls FileTask.hint_local)."""
+
+    def done(self, thing: FileTask) -> None:
+        """The file's look is over: the next may start."""
+
+
+class HostServices(FactsHost, Protocol):
+    """What a file task needs from the host that owns it."""
 
     node: str
     records: RecordFiles
-    @property
-    def busy(self) -> int:
-        """How many replicas have work waiting or under way."""
-
-    def set_busy(self, replica: FileTask, busy: bool) -> None:
-        """Count REPLICA as having work waiting or under way (or no longer)."""
     syncer: GroupSync
     state_dir: Path
     presence: dict[str, bool]
     holdings: Holdings  # what peers' queued events hold here (docs/peer-limits.md)
+    # The files with work waiting or under way: each file adds and removes itself.
+    busy_files: set[FileTask]
+
+    @property
+    def commits(self) -> Commits:
+        """Local changes pass here before a look: each file offers itself, and says when its
+        look is over."""
 
     def tuning(self) -> Tuning: ...
 
@@ -131,22 +144,6 @@ class HostServices(Protocol):
     def flush(self) -> None:
         """Send every item queued so far now, not at the end of this loop turn."""
 
-    def looked(self, replica: FileTask) -> None:
-        """A look at the local file is over, and no other is pending (group commit)."""
-
-    def offline_since(self, node: str) -> float | None: ...
-
-    def is_listed(self, node: str) -> bool: ...
-
-    def connected_since(self) -> float | None: ...
-
-    def missing_resources(self, key: str, refs: Iterable[str]) -> tuple[list[str], int, int]:
-        ...
-
-    def unconfirmed_peers(self, key: str) -> list[Unconfirmed]:
-        """Online peers that may write `key` whose positions are not provably fresh."""
-        ...
-
 
 class FileTask:
     def __init__(self, host: HostServices, key: str, file: str, spot: Spot) -> None:
@@ -162,32 +159,29 @@ class FileTask:
         self.machine = FileMachine(host.node, key, file, host.role_of(key), host.tuning(),
                                online=host.presence, records=self.record_kind,
                                settle=host.settle_of(key, file))
-        self.verifier = IncrementalVerifier(spot, host.records.folder(key) / f"{file}.verify",
-                                            self.record_kind)
+        # The log checks READY needs (logchecks.py), run as the machine asks.
+        self.checks = LogChecks(spot, host.records.folder(key) / f"{file}.verify",
+                                self.record_kind, self.machine)
         self.loaded = asyncio.Event()  # set once the start-up check is done (even if it failed)
         self._inbox: deque[Event] = deque()
         # id(event) -> (peer, bytes) of queued peers' events, taken from host.holdings
         self._held: dict[int, tuple[str, int]] = {}
         self._look_pending = False
-        self._busy = False  # counted in host.busy
+        self._busy = False  # in host.busy_files
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._swept: tuple[int, int, int, int] | None = None
         self._own: Stat | None = None  # the file as our last append left it
-        self._verifier_restored = False
-        self._log_open = True  # the log check may be behind or unsaved (see sweep)
         self._unsendable = False  # logged that the link refused this file's topic
         self._shipped = 0  # bytes of live frames sent since the last sync (see _sync)
         # Directories that got an entry from us (the file, its folders) since the last sync:
         # made durable with the file's next sync (groupsync.py).
         self._new_entries: set[Spot] = set()
         self._entry_synced: tuple[int, int] | None = None  # the inode whose entry we synced
-        # Positions and bytes of each peer delivered and not handled yet, and since when:
-        # until they are, what the machine knows of that peer is older than what arrived.
-        self._unhandled: Counter[str] = Counter()
-        self._unhandled_since: dict[str, float] = {}
+        # Peers' positions and bytes delivered and not handled yet (readiness: readyfacts.py).
+        self._unhandled = Unhandled()
 
     @property
     def ledger(self) -> Ledger | None:
@@ -214,31 +208,18 @@ class FileTask:
         if (record := self.machine.record_at_shutdown()) is not None:
             with contextlib.suppress(OSError):
                 await self._persist(record)
-        await self.verifier.close()
+        await self.checks.close()
         for peer, size in self._held.values():
             self.host.holdings.give(peer, size)
         self._held.clear()
         if self._busy:
             self._busy = False
-            self.host.set_busy(self, False)
+            self.host.busy_files.discard(self)
 
     def deliver(self, event: Event) -> None:
-        self._unhandled_in(event)
+        self._unhandled.arrived(event)
         self._inbox.append(event)
         self._signal()
-
-    def _unhandled_in(self, event: Event) -> None:
-        if isinstance(event, PeerPos | PeerData):
-            if not self._unhandled[event.peer]:
-                self._unhandled_since[event.peer] = time.time()
-            self._unhandled[event.peer] += 1
-
-    def _handled(self, event: Event) -> None:
-        if isinstance(event, PeerPos | PeerData) and self._unhandled[event.peer] > 0:
-            self._unhandled[event.peer] -= 1
-            if not self._unhandled[event.peer]:
-                del self._unhandled[event.peer]
-                self._unhandled_since.pop(event.peer, None)
 
     def deliver_held(self, event: Event, peer: str, size: int) -> None:
         """A peer's event whose `size` bytes the node took from the peer's Holdings: given
@@ -251,16 +232,24 @@ class FileTask:
         if held is not None:
             self.host.holdings.give(*held)
 
+    def changed(self) -> None:
+        """The watcher saw the file change: look at it when the commit gate says (window.py),
+        unless it is exactly as our own last append left it (a standby's own write is no
+        news). Decided here, where that append is known, before the gate is asked."""
+        if not self._as_own_append_left_it():
+            self.host.commits.offer(self)
+
     def hint_local(self, replaced: bool = False) -> None:
-        """Look at the local file again; `replaced`: the watcher saw it deleted or moved over
-        (kept as its own event: a later look must not swallow it)."""
+        """Look at the local file again (the commit gate's release, the sweep, a directory
+        moved); `replaced`: the watcher saw it deleted or moved over (kept as its own event: a
+        later look must not swallow it)."""
         if replaced:
             self.deliver(Look(replaced=True))
         elif not self._look_pending:
             self._look_pending = True
             self._signal()
 
-    def as_own_append_left_it(self) -> bool:
+    def _as_own_append_left_it(self) -> bool:
         """Whether the file is exactly as our own last append left it: the watcher reports our
         own writes too, and a look at them would find nothing the machine has not judged (it
         got this stat with the append). Any other write changes size, times or inode."""
@@ -292,13 +281,7 @@ class FileTask:
         if now != self._swept:
             self._swept = now
             self.hint_local()
-        if self._log_open:
-            verifier = self.verifier
-            if verifier.unsaved or verifier.size < self.machine.held:
-                self._follow_log()
-                verifier.save()
-            else:
-                self._log_open = False  # caught up and saved: nothing to look at until a LogCheck
+        self.checks.sweep()
         if full:
             due = self.machine.deadline()
             if due is not None and due <= asyncio.get_running_loop().time():
@@ -329,7 +312,7 @@ class FileTask:
         """Wake the task; count this file as busy until its work is done."""
         if not self._busy:
             self._busy = True
-            self.host.set_busy(self, True)
+            self.host.busy_files.add(self)
         self._wake.set()
 
     # --- the task -----------------------------------------------------------------------------
@@ -351,7 +334,7 @@ class FileTask:
             finally:
                 if self._busy and not self._wake.is_set():
                     self._busy = False
-                    self.host.set_busy(self, False)
+                    self.host.busy_files.discard(self)
                 self._arm_timer()
 
     async def _load(self) -> None:
@@ -382,14 +365,14 @@ class FileTask:
             try:
                 await self._handle(event)
             finally:
-                self._handled(event)
+                self._unhandled.handled(event)
                 # The commit under way is over, unless it goes on: a look at the stat hands
                 # on to one with the bytes (Redeliver, first in the queue), and a read that
                 # did not reach the end asks to look again. What changed meanwhile may
                 # start the next one (daemon/window.py).
                 if isinstance(event, Look) and not self._look_pending and not (
                         self._inbox and isinstance(self._inbox[0], Look)):
-                    self.host.looked(self)
+                    self.host.commits.done(self)
         await self._handle(DRAINED)
 
     async def _handle(self, event: Event) -> None:
@@ -436,14 +419,7 @@ class FileTask:
                 case Durable(size=size):
                     self.host.durable(self.key, self.file, size)
                 case LogCheck(restart=restart):
-                    if restart:
-                        self.verifier.restart()
-                        self._verifier_restored = True
-                    elif not self._verifier_restored:
-                        self._verifier_restored = True
-                        if self.machine.note is None:
-                            self.verifier.restore(self.machine.held)
-                    self._follow_log()
+                    self.checks.on_log_check(restart)
                 case Persist():
                     await self._persist(e)
                 case NoteAppending(appending=appending, durable=durable):
@@ -474,7 +450,7 @@ class FileTask:
                 case LookAgain():
                     self._look_pending = True
                 case Redeliver(event=event):
-                    self._unhandled_in(event)
+                    self._unhandled.arrived(event)
                     self._inbox.appendleft(event)
                 case Reassess():
                     self._inbox.append(e)
@@ -527,7 +503,7 @@ class FileTask:
         small = (0 < self._shipped <= INLINE_SYNC_BYTES if local
                  else self.machine.unsynced <= INLINE_SYNC_BYTES)
         self._shipped = 0
-        inline = small and self.host.busy <= 1
+        inline = small and len(self.host.busy_files) <= 1
         if inline:
             self.host.flush()
         # The file's own entry too, once per inode: bytes announced as durable must not
@@ -596,7 +572,7 @@ class FileTask:
         except OSError as err:
             log.error("%s: cannot record the position in %s: %s", self.name, records.root, err)
 
-    # --- time and log checks ------------------------------------------------------------------
+    # --- time ---------------------------------------------------------------------------------
 
     def _arm_timer(self) -> None:
         due = self.machine.deadline()
@@ -613,13 +589,6 @@ class FileTask:
         self._timer, self._timer_at = None, None
         self.deliver(TICK)
 
-    def _follow_log(self) -> None:
-        self._log_open = True  # the sweep looks at it until it has caught up and is saved
-        # Not while catching up: the log checks would compete with the fetch for the GIL, and
-        # a copy that is behind is not ready anyway. The sweep resumes them.
-        if self.machine.fetch is None:
-            self.verifier.follow(lambda: self.machine.held, lambda: self.machine.fetch is not None)
-
     # --- operator ------------------------------------------------------------------------------
 
     def adopt(self, source: str, done: asyncio.Future[dict[str, object]]) -> None:
@@ -630,57 +599,17 @@ class FileTask:
 
     def status(self) -> dict[str, object]:
         m = self.machine
-        report = self.verifier.report()
+        checks = self.checks
+        report = checks.report()
         out = m.status()
-        state = str(out["state"])
-        host = self.host
-        # The one definition of READY is readiness.decide; this only gathers what it needs.
-        trouble = out["error"] or (out["paused"] if state == "paused" else None)
-        facts = Facts(
-            now=time.time(), state=state, freeze=m.freeze.reason if m.freeze else None,
-            freeze_since=m.freeze.since if m.freeze else None,
-            freeze_detail=m.freeze.detail if m.freeze else None,
-            size=m.ledger.size if m.ledger else m.position.size,
-            checked=self.verifier.size, report=report, checked_at=self.verifier.caught_up_at,
-            connected=host.connected_since() is not None,
-            connected_since=host.connected_since(),
-            trouble=str(trouble) if trouble else None,
-            adopting=m.adoption.peer if m.adoption else None, role=m.role, note=m.note,
-            node=m.node,
-            peers=tuple(
-                PeerFacts(
-                    name=node, online=m.online.get(node, False),
-                    offline_since=host.offline_since(node), size=v.position.size,
-                    ahead_by=(0 if node in m.diverged
-                              else max(0, v.position.size - m.position.size)),
-                    ahead_since=v.ahead_since, frozen=v.frozen, frozen_since=v.frozen_since,
-                    diverged=node in m.diverged,
-                    diverged_since=m.diverged[node].since if node in m.diverged else None,
-                    grew_at=v.grew_at, heard_at=v.heard_at,
-                    # A host unlisted here counts for nothing, in a peer's words neither.
-                    disputes=tuple(n for n in v.diverged
-                                   if n == m.node or host.is_listed(n)),
-                    disputes_since=v.disputes_since)
-                for node, v in sorted(m.peers.items())),
-        )
-        missing, unheld, conflicts = host.missing_resources(
-            self.key, self.verifier.checker.references())
-        unconfirmed = host.unconfirmed_peers(self.key)
-        doubted = {u.name for u in unconfirmed}
-        unconfirmed += [Unconfirmed(peer, self._unhandled_since.get(peer),
-                                    f"{count} of its positions or pieces of data arrived and "
-                                    "are not handled here yet")
-                        for peer, count in sorted(self._unhandled.items())
-                        if peer not in doubted and m.online.get(peer, False)]
-        facts = dataclasses.replace(facts, missing_resources=tuple(missing),
-                                    unheld_resources=unheld, resource_conflicts=conflicts,
-                                    unconfirmed=tuple(unconfirmed))
+        facts = readyfacts.gather(m, out, checks, report, self.host, self.key, self._unhandled)
         verdict = decide(facts)
         peers = out["peers"]
         assert isinstance(peers, dict)
         for node, p in peers.items():
-            p["offline_since"] = host.offline_since(node)
+            p["offline_since"] = self.host.offline_since(node)
             p["heard_at"] = m.peers[node].heard_at
+        missing = facts.missing_resources
         # What the file holds now, even while frozen (when nothing else looks at it).
         st = logfile.stat(self.path)
         out.update(
@@ -690,9 +619,7 @@ class FileTask:
             not_ready=verdict.not_ready,
             notes=verdict.notes,
             missing_resources=len(missing),
-            missing_resources_first=missing[:MISSING_SHOWN],
-            log_check={"bytes": self.verifier.size, "read": self.verifier.bytes_read,
-                       "clean": report.clean if report else None,
-                       "problems": dict(report.problem_counts) if report else {}},
+            missing_resources_first=list(missing[:MISSING_SHOWN]),
+            log_check=checks.status(report),
         )
         return out

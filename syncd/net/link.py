@@ -12,8 +12,8 @@ Contract (what happens when the broker goes away):
   re-announced on every connect, and missing bytes are requested again (anti-entropy).
 - Sessions are clean: the broker keeps nothing for us between connections, so nothing stale
   is replayed and a broker restart without persistence loses nothing we need.
-- QoS 1, but for live batches (daemon/host.py says why); the will marks this node offline when the
-  connection dies uncleanly.
+- QoS 1, but for live batches (daemon/outbound.py says why); the will marks this node offline
+  when the connection dies uncleanly.
 
 It drives paho-mqtt's client from the event loop itself (`Session`): the socket's reader and
 writer callbacks call paho's loop_read/loop_write, a publish is written to the socket at once,

@@ -207,9 +207,9 @@ def test_a_peers_key_cannot_lead_through_a_link_or_below_the_depth_bound(
     async def scenario() -> None:
         async with running(config) as node:
             # What the node does with the key of a peer's frame (or of `syncd adopt`).
-            assert node._replica("linked/chan", "events.jsonl") is None
-            assert node._replica("a/b/c/d/e", "events.jsonl") is None
-            assert node._replica("ok/chan", "events.jsonl") is not None
+            assert node.instances.task("linked/chan", "events.jsonl") is None
+            assert node.instances.task("a/b/c/d/e", "events.jsonl") is None
+            assert node.instances.task("ok/chan", "events.jsonl") is not None
             refused = {s["key"]: s for s in node.status()["skipped"]}
             assert refused["linked/chan"] == {
                 "key": "linked/chan", "path": None,

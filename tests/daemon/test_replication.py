@@ -262,7 +262,7 @@ def test_a_write_on_a_standby_right_after_its_own_append_is_noticed_at_once(
     broker: Broker, make_daemon: Callable[..., Daemon]
 ) -> None:
     """The watcher reports a standby's own appends too, and syncd skips those hints when the
-    file is exactly as its append left it (replica.as_own_append_left_it). A bot's write on
+    file is exactly as its append left it (FileTask.changed). A bot's write on
     that host just after must still be looked at at once, not at the next sweep (5 s here):
     it becomes the longer tail, and reaches the other host within seconds."""
     slow_sweep = "sweep_interval = 5\nrequest_timeout = 1.0\n"
