@@ -41,3 +41,14 @@ def test_the_heap_gives_its_free_pages_back() -> None:
     before = allocator.heap()
     assert allocator.trim()
     assert before["fordblks"] >= 0 and set(allocator.MALLINFO2) == set(before)
+
+
+def test_a_quiet_heap_is_not_walked_every_second() -> None:
+    assert not allocator.worth_trimming(allocator.TRIM_THRESHOLD)
+    assert allocator.worth_trimming(allocator.TRIM_THRESHOLD + 1)
+    assert allocator.worth_trimming(None)  # no mallinfo2: trim as before
+
+
+def test_libc_is_looked_up_once() -> None:
+    # find_library runs `ldconfig -p`; the trimmer asks every second.
+    assert allocator._libc() is allocator._libc()
