@@ -46,9 +46,9 @@ class Freeze:
 # the start of a line past our end; bytes there from `start` (the start of the unfinished line
 # the piece continues, else `offset`) that are exactly what a peer sends for that offset are
 # ours if the piece's own bytes among them are too many to be a coincidence (a page), or are
-# the whole piece with that digest (machine._cut_short_is_ours). Written before the append,
-# not synced (a sync per frame doubled the lag): a power loss may keep some of the piece's
-# bytes and drop the note; they are then refused as a divergence, never spliced.
+# the whole piece with that digest (filemachine/localfile.py, cut_short_is_ours). Written
+# before the append, not synced (a sync per frame doubled the lag): a power loss may keep some
+# of the piece's bytes and drop the note; they are then refused as a divergence, never spliced.
 Appending = tuple[str, int, int, int, str]
 
 
@@ -73,7 +73,8 @@ class FileRecord:
     # to be that peer's (when the file's prefix still has that digest), not a local writer's
     # torn line.
     intent: tuple[str, int, int, str] | None = None
-    # The last append that crossed a page boundary (see Appending). Kept apart from the
+    # Not the same guard as `intent`: that one vouches for a piece of a long line, durably;
+    # this one, for an append cut short on a page boundary (see Appending). Kept apart from the
     # record, in `<file>.appending` (RecordFiles.note_appending), written (not synced)
     # before each such append.
     appending: Appending | None = None
