@@ -14,7 +14,7 @@ batching rules or watcher): only the work every copy must do.
   fdatasyncs every 4 MiB. MB/s from the first publish to the last fdatasync.
 
 `--crypto` says how each message is protected: `ed25519` (the default; an Ed25519 signature
-over its SHA-256, as wire 4's syncd/core/frames.py does), `aes-gcm` (no public-key operation
+over its SHA-256, as wire 5's presence frames are signed), `aes-gcm` (no public-key operation
 per message: the body AES-256-GCM under a fresh key, that key wrapped with AES-256-GCM under a
 pair key, the wrap binding the ciphertext's SHA-256, as issue #26's design does for one
 recipient), `none` (the bare pipeline), or several, comma-separated, measured one after the

@@ -9,7 +9,7 @@ hosts as text). A key is one or more such names joined by `/` (`onebot_123/group
 
 Node ids keep the strict rule (letters, digits, ".", "_", "-", not starting with a dot, at
 most 128 characters): they name MQTT clients and broker users, and today's topics carry them
-as they are (`is_valid_name`, also used by frames.py for every topic level).
+as they are (`is_valid_name`, used by the config and `syncd forget`).
 """
 
 from __future__ import annotations
