@@ -5,9 +5,13 @@ Two bare pipelines, none of syncd's logic (no state machine, records, log checks
 batching rules or watcher): only the work every copy must do.
 
 - per write: 500 writes/s appended to a file (one write(2) each, as bench_replication does).
-  The writer wakes every `--window` s (syncd's batch window; a timer instead of inotify),
-  reads what was appended, fdatasyncs it, protects it (`--crypto`, below) and publishes it
-  (QoS 1); the standby reads the message, checks it, appends the bytes and fdatasyncs them.
+  The writer wakes every `--window` s (a batch window; a timer instead of inotify), reads
+  what was appended, fdatasyncs it, protects it (`--crypto`, below) and publishes it (QoS 1);
+  the standby reads the message, checks it, appends the bytes and fdatasyncs them. With
+  `--window 0` (syncd's default batching: batch_window = 0) there is no timer: inotify wakes
+  the writer at each append, it ships everything new at once and fdatasyncs it, and what is
+  appended meanwhile goes in the next message (group commit). `--standbys N`: N standbys
+  read every message (aes-gcm wraps the frame key for each, as sealed.py does).
   CPU per write of each process (user + system, /proc) over the run.
 - catch-up: a 1 GB file sent in `--chunk` pieces (syncd's chunk_bytes), QoS 1, up to 100 in
   flight, no flow control but the broker's queue; the standby verifies each, appends it and
@@ -24,7 +28,7 @@ Both drive paho from one thread with select(), as syncd drives it from its event
 runs twice: the standby reading through paho, then reading the socket itself (RawReader:
 PUBLISH parsed in place, PUBACK sent), which shows what paho's read path costs (`--readers`).
 
-    python -m bench.bench_floor [--rate 500] [--seconds 10] [--window 0.01]
+    python -m bench.bench_floor [--rate 500] [--seconds 10] [--window 0.01] [--standbys 1]
                                 [--catchup-mb 1024] [--chunk 262144]
                                 [--crypto ed25519,aes-gcm,none] [--readers paho,raw]
 """
@@ -32,6 +36,7 @@ PUBLISH parsed in place, PUBACK sent), which shows what paho's read path costs (
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import os
 import select
@@ -52,6 +57,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from paho.mqtt.enums import CallbackAPIVersion
 
 from bench.harness import cpu_split, paced_appends
+from syncd.disk import inotify
 from tests.support.cluster import Broker, wait_until
 from tests.support.ishiki import ishiki_lines
 
@@ -62,26 +68,34 @@ CRYPTO = ("ed25519", "aes-gcm", "none")
 PAIR_KEY = bytes(range(32, 64))  # both roles share it, as a pair of hosts would
 
 
-def sealer(crypto: str) -> Callable[[bytes], bytes]:
-    """How the sender protects one message's bytes (see --crypto)."""
+def sealer(crypto: str, recipients: int = 1) -> Callable[[bytes], bytes]:
+    """How the sender protects one message's bytes (see --crypto), for `recipients`."""
     if crypto == "ed25519":
         key = Ed25519PrivateKey.from_private_bytes(SEED)
         return lambda data: key.sign(hashlib.sha256(data).digest()) + data
     if crypto == "aes-gcm":
-        pair = AESGCM(PAIR_KEY)
+        pairs = [AESGCM(pair_key(i)) for i in range(recipients)]
 
         def seal(data: bytes) -> bytes:
             frame_key, nonce = AESGCM.generate_key(256), os.urandom(12)
             body = AESGCM(frame_key).encrypt(nonce, data, None)
-            wrap_nonce = os.urandom(12)
-            wrap = pair.encrypt(wrap_nonce, frame_key, hashlib.sha256(body).digest())
-            return nonce + wrap_nonce + wrap + body  # 12 + 12 + 48 bytes, then the body
+            digest = hashlib.sha256(body).digest()
+            wraps = []
+            for pair in pairs:  # the frame key wrapped for each standby with its pair key
+                wrap_nonce = os.urandom(12)
+                wraps.append(wrap_nonce + pair.encrypt(wrap_nonce, frame_key, digest))
+            return nonce + b"".join(wraps) + body  # 12 + 60 bytes per recipient, the body
 
         return seal
     return lambda data: data
 
 
-def opener(crypto: str) -> Callable[[bytes], bytes]:
+def pair_key(i: int) -> bytes:
+    """The pair key the writer shares with standby `i` (a pair of hosts has one each)."""
+    return bytes((b + i) % 256 for b in PAIR_KEY)
+
+
+def opener(crypto: str, index: int = 0, recipients: int = 1) -> Callable[[bytes], bytes]:
     """How the standby checks one message and gets its bytes back (raises if forged)."""
     if crypto == "ed25519":
         public = Ed25519PrivateKey.from_private_bytes(SEED).public_key()
@@ -93,11 +107,12 @@ def opener(crypto: str) -> Callable[[bytes], bytes]:
 
         return verify
     if crypto == "aes-gcm":
-        pair = AESGCM(PAIR_KEY)
+        pair = AESGCM(pair_key(index))
+        at, body_at = 12 + 60 * index, 12 + 60 * recipients
 
         def open_(payload: bytes) -> bytes:
-            nonce, wrap_nonce, wrap, body = (payload[:12], payload[12:24], payload[24:72],
-                                             payload[72:])
+            nonce, wrap_nonce, wrap, body = (payload[:12], payload[at:at + 12],
+                                             payload[at + 12:at + 60], payload[body_at:])
             frame_key = pair.decrypt(wrap_nonce, wrap, hashlib.sha256(body).digest())
             return AESGCM(frame_key).decrypt(nonce, body, None)
 
@@ -127,14 +142,17 @@ def _turn(c: paho.Client, timeout: float) -> None:
 
 
 def writer(port: int, path: Path, window: float, stop_file: Path, ready_file: Path,
-           crypto: str) -> None:
-    seal = sealer(crypto)
+           crypto: str, recipients: int = 1) -> None:
+    seal = sealer(crypto, recipients)
     c = _client(port)
     fd = os.open(path, os.O_RDONLY)
     # From the start of the file: under load this process may start after the first writes
     # (it began at the size it found, and the bytes before were never sent: the run then
     # waited for a standby that could not catch up).
     sent = 0
+    if window <= 0:
+        group_commit_writer(c, fd, path, stop_file, ready_file, seal)
+        return
     ready_file.touch()
     nxt = time.monotonic()
     while not stop_file.exists():
@@ -148,6 +166,35 @@ def writer(port: int, path: Path, window: float, stop_file: Path, ready_file: Pa
             os.fdatasync(fd)
             c.publish(TOPIC, seal(data), qos=1)
             sent += len(data)
+
+
+def group_commit_writer(c: paho.Client, fd: int, path: Path, stop_file: Path,
+                        ready_file: Path, seal: Callable[[bytes], bytes]) -> None:
+    """--window 0, syncd's default batching: no timer. inotify wakes the writer at each
+    append; it reads everything new at once, publishes it and fdatasyncs it; what the writer
+    appended meanwhile goes together in the next one (group commit)."""
+    ino = inotify.init()
+    inotify.add_watch(ino, os.fsencode(path), inotify.IN_MODIFY)
+    sent = 0
+    ready_file.touch()
+    while not stop_file.exists():
+        sock = c.socket()
+        r, w, _ = select.select([sock, ino], [sock] if c.want_write() else [], [], 0.05)
+        if sock in r:
+            c.loop_read()
+        if ino in r:
+            with contextlib.suppress(BlockingIOError):
+                while os.read(ino, 65536):  # every event so far: one look covers them
+                    pass
+            size = os.fstat(fd).st_size
+            if size > sent:
+                data = os.pread(fd, size - sent, sent)
+                c.publish(TOPIC, seal(data), qos=1)  # shipped at once, as syncd does
+                os.fdatasync(fd)
+                sent += len(data)
+        if w or c.want_write():
+            c.loop_write()
+        c.loop_misc()
 
 
 def catchup_sender(port: int, path: Path, chunk: int, stop_file: Path, crypto: str) -> None:
@@ -172,8 +219,8 @@ def catchup_sender(port: int, path: Path, chunk: int, stop_file: Path, crypto: s
 
 
 def standby(port: int, path: Path, ready_file: Path, stop_file: Path, every: int,
-            crypto: str) -> None:
-    open_ = opener(crypto)
+            crypto: str, index: int = 0, recipients: int = 1) -> None:
+    open_ = opener(crypto, index, recipients)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     unsynced = 0
 
@@ -269,32 +316,37 @@ def _cpu(pid: int) -> float:
 
 
 def per_write(root: Path, rate: float, seconds: float, window: float, raw: bool = False,
-              crypto: str = "ed25519") -> dict[str, float]:
-    """`raw`: the standby reads the socket itself (RawReader) instead of through paho."""
+              crypto: str = "ed25519", standbys: int = 1) -> dict[str, Any]:
+    """`raw`: the standby reads the socket itself (RawReader) instead of through paho.
+    `standbys`: how many read the writer's messages (each its own pair key and copy)."""
     root.mkdir(parents=True, exist_ok=True)
     broker = Broker(root / "broker")
     broker.start()
-    src, dst = root / "src.jsonl", root / "dst.jsonl"
+    src = root / "src.jsonl"
+    dsts = [root / f"dst-{i}.jsonl" for i in range(standbys)]
     src.write_bytes(b"")
-    stop, ready, writing = root / "stop", root / "ready", root / "writing"
+    stop, writing = root / "stop", root / "writing"
     procs = []
     try:
-        procs.append(_spawn("standby", str(broker.port), str(dst), str(ready), str(stop), "0",
-                            crypto, raw=raw))
-        wait_until(ready.exists, 30, "the standby to subscribe")
+        for i, dst in enumerate(dsts):
+            ready = root / f"ready-{i}"
+            procs.append(_spawn("standby", str(broker.port), str(dst), str(ready), str(stop),
+                                "0", crypto, str(i), str(standbys), raw=raw))
+            wait_until(ready.exists, 30, "the standby to subscribe")
         procs.append(_spawn("writer", str(broker.port), str(src), str(window), str(stop),
-                            str(writing), crypto))
+                            str(writing), crypto, str(standbys)))
         wait_until(writing.exists, 30, "the writer to start")
         lines = ishiki_lines(2000).splitlines(keepends=True)
         n = int(rate * seconds)
         before = {p.pid: _cpu(p.pid) for p in procs}
         _, achieved = paced_appends([("k", src, lines[i % len(lines)]) for i in range(n)], rate)
-        wait_until(lambda: dst.exists() and dst.stat().st_size == src.stat().st_size, 60,
-                   "the standby to catch up")
+        wait_until(lambda: all(d.exists() and d.stat().st_size == src.stat().st_size
+                               for d in dsts), 60, "the standbys to catch up")
         used = {p.pid: _cpu(p.pid) - before[p.pid] for p in procs}
-        assert dst.read_bytes() == src.read_bytes()
-        return {"achieved": achieved, "standby_us": 1e6 * used[procs[0].pid] / n,
-                "writer_us": 1e6 * used[procs[1].pid] / n}
+        assert all(d.read_bytes() == src.read_bytes() for d in dsts)
+        standby_us = [1e6 * used[p.pid] / n for p in procs[:-1]]
+        return {"achieved": achieved, "standby_us": max(standby_us),
+                "standbys_us": standby_us, "writer_us": 1e6 * used[procs[-1].pid] / n}
     finally:
         stop.touch()
         for p in procs:
@@ -341,16 +393,23 @@ def main() -> None:
     if len(sys.argv) > 2 and sys.argv[1] == "--role":
         role, port, path, *rest = sys.argv[2:]
         if role == "writer":
-            writer(int(port), Path(path), float(rest[0]), Path(rest[1]), Path(rest[2]), rest[3])
+            writer(int(port), Path(path), float(rest[0]), Path(rest[1]), Path(rest[2]), rest[3],
+                   int(rest[4]))
         elif role == "sender":
             catchup_sender(int(port), Path(path), int(rest[0]), Path(rest[1]), rest[2])
         else:
-            standby(int(port), Path(path), Path(rest[0]), Path(rest[1]), int(rest[2]), rest[3])
+            standby(int(port), Path(path), Path(rest[0]), Path(rest[1]), int(rest[2]), rest[3],
+                    *(int(x) for x in rest[4:6]))
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rate", type=float, default=500)
     parser.add_argument("--seconds", type=float, default=10)
-    parser.add_argument("--window", type=float, default=0.01)
+    parser.add_argument("--window", type=float, default=0.01,
+                        help="seconds between the writer's looks; 0: no timer, woken by "
+                             "inotify with group commit (syncd's default batching)")
+    parser.add_argument("--standbys", type=int, default=1,
+                        help="standbys reading the writer's messages (aes-gcm wraps the "
+                             "frame key for each)")
     parser.add_argument("--catchup-mb", type=int, default=1024)
     parser.add_argument("--chunk", type=int, default=256 * 1024)
     parser.add_argument("--crypto", default="ed25519",
@@ -370,10 +429,13 @@ def main() -> None:
             for raw in (r == "raw" for r in readers):
                 reader = "own socket reader" if raw else "paho"
                 r = per_write(Path(tmp) / f"w-{crypto}-{raw}", args.rate, args.seconds,
-                              args.window, raw, crypto)
-                print(f"per write, {crypto}, {r['achieved']:.0f} writes/s, window "
-                      f"{args.window * 1000:g} ms, standby reading with {reader}: writer "
-                      f"{r['writer_us']:.0f} µs, standby {r['standby_us']:.0f} µs of CPU "
+                              args.window, raw, crypto, args.standbys)
+                batching = (f"window {args.window * 1000:g} ms" if args.window > 0 else
+                            "no window (inotify, group commit)")
+                each = " / ".join(f"{us:.0f}" for us in r["standbys_us"])
+                print(f"per write, {crypto}, {r['achieved']:.0f} writes/s, {batching}, "
+                      f"{args.standbys} standby(s) reading with {reader}: writer "
+                      f"{r['writer_us']:.0f} µs, standby {each} µs of CPU "
                       f"(load {os.getloadavg()[0]:.2f})")
                 if args.catchup_mb:
                     c = catchup(Path(tmp) / f"c-{crypto}-{raw}", args.catchup_mb, args.chunk,

@@ -146,14 +146,19 @@ class GroupSync:
     def _kick(self) -> None:
         """Wake the threads for what this iteration of the loop queued: one per GROUP files."""
         self._kick_due = False
+        woken = []
         with self._mutex:
             wanted = -(-len(self._queued) // GROUP)
             while wanted > 0 and self._idle:
-                self._idle.pop().release()
+                woken.append(self._idle.pop())
                 wanted -= 1
             while wanted > 0 and len(self._threads) < WORKERS:
                 self._start_thread()
                 wanted -= 1
+        # Woken once the mutex is free: a thread woken while we held it (its first step is
+        # to take it) went back to sleep on it at once, one more wake-up per sync.
+        for go in woken:
+            go.release()
 
     def _start_thread(self) -> None:
         t = threading.Thread(target=self._work, name=f"groupsync-{len(self._threads)}",

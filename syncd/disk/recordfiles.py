@@ -45,6 +45,7 @@ log = logging.getLogger("syncd.persist")
 VERSION = 1
 
 
+NOTE_PATHS = 10_000  # note paths kept made at most (cleared past that)
 NOTE_SIZE = 512  # bytes of an `.appending` note (longer only for very long node names)
 
 
@@ -67,6 +68,7 @@ class RecordFiles:
         self._done: dict[tuple[str, str], int] = {}  # order of the newest save of each file
         self._wake = threading.Event()
         self._worker: threading.Thread | None = None
+        self._note_paths: dict[tuple[str, str], Path] = {}  # (key, file) -> its note's path
 
     def folder(self, key: str) -> Path:
         """The directory of `key`'s records (every file of state that names a key is in it)."""
@@ -204,7 +206,13 @@ class RecordFiles:
         will be synced, the machine asks for it durable: the file and its folder synced.
         Padded to a fixed length, so that a shorter note never leaves a longer one's end
         behind."""
-        path = self.folder(key) / f"{file}.appending"
+        path = self._note_paths.get((key, file))
+        if path is None:
+            # Made once per file: a standby notes before every append, and building the
+            # path (the key's folder, then the name) was a tenth of that note's cost.
+            if len(self._note_paths) >= NOTE_PATHS:
+                self._note_paths.clear()
+            path = self._note_paths[key, file] = self.folder(key) / f"{file}.appending"
         data = orjson.dumps(list(appending) if appending else None).ljust(NOTE_SIZE)
         flags = os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW
         try:

@@ -48,6 +48,7 @@ _GONE = (inotify.IN_DELETE | inotify.IN_MOVED_FROM | inotify.IN_MOVED_TO
          | inotify.IN_DELETE_SELF | inotify.IN_MOVE_SELF)
 _SELF = inotify.IN_DELETE_SELF | inotify.IN_MOVE_SELF
 READS_PER_WAKE = 16  # read(2)s per wake-up at most: coalesce a burst, never starve the loop
+_ROOM = 16 + 256  # one event at most: its header and the longest name (NAME_MAX + 1)
 
 
 class Watcher:
@@ -196,6 +197,10 @@ class Watcher:
                 break
             for ev in inotify.parse(buf):
                 self._event(ev, hints)
+            if len(buf) < (1 << 16) - _ROOM:
+                # Short: the queue was empty. What comes next wakes the loop again (the
+                # reader is level-triggered); a second read only met EAGAIN, per wake-up.
+                break
         for path, gone in hints:
             self._hint(os.fsdecode(path), gone)
 

@@ -55,6 +55,8 @@ SUBSCRIBE_TIMEOUT = 10.0
 # Delayed ACKs of ours meet Nagle on a broker without set_tcp_nodelay: its next small message
 # waits for our ACK, up to 40 ms. Linux forgets TCP_QUICKACK, so it is set after every read.
 _QUICKACK = getattr(socket, "TCP_QUICKACK", None)
+# Bytes one recv(2) takes at most (below glibc's mmap threshold: no mmap per read).
+READ_CHUNK = 64 << 10
 READS_PER_WAKE = 64  # MQTT packets read per wake-up at most: a burst costs one loop turn
 # Seconds of handling per wake-up at most: a peer's burst of heavy frames (manifests of
 # thousands of entries cost 0.2-0.5 s each) must let the loop turn, or nothing else runs.
@@ -63,6 +65,38 @@ READ_BUDGET = 0.05
 
 class LinkError(SyncdError):
     """The connection could not be made or was lost: the reason, as the log shows it."""
+
+
+class _Client(paho.Client):
+    """paho's client, reading its socket through a buffer of READ_CHUNK bytes.
+
+    paho reads a packet in three or more recv(2) calls (its first byte, the length a byte at
+    a time, the rest): at 500 frames a second that was most of a standby's system calls.
+    Here one recv takes what the socket holds, up to READ_CHUNK, and paho's reads are served
+    from it; a read of READ_CHUNK or more with nothing buffered goes to the socket as before
+    (a catch-up's large pieces are not copied twice). Errors (BlockingIOError, SSL's
+    want-read) come from the socket's recv as before."""
+
+    _rbuf = b""
+    _rat = 0
+
+    def _sock_recv(self, bufsize: int) -> bytes:
+        at, buf = self._rat, self._rbuf
+        if at < len(buf):
+            out = buf[at : at + bufsize]
+            self._rat = at + len(out)
+            return out
+        if bufsize >= READ_CHUNK:
+            return super()._sock_recv(bufsize)
+        data = super()._sock_recv(READ_CHUNK)
+        if len(data) <= bufsize:
+            return data
+        self._rbuf, self._rat = data, bufsize
+        return data[:bufsize]
+
+    def buffered(self) -> int:
+        """Bytes read from the socket that paho has not taken yet."""
+        return len(self._rbuf) - self._rat
 
 
 class Session:
@@ -88,7 +122,7 @@ class Session:
         self._reading = False  # inside paho's loop_read (and so inside its callbacks)
         self._abandoned = False  # open() gave up while the thread was still connecting
         self._misc: asyncio.TimerHandle | None = None
-        c = paho.Client(CallbackAPIVersion.VERSION2, client_id=config.client_id,
+        c = _Client(CallbackAPIVersion.VERSION2, client_id=config.client_id,
                         protocol=paho.MQTTv311, clean_session=True, reconnect_on_failure=False)
         mqtt_log = logging.getLogger("syncd.mqtt")
         if mqtt_log.isEnabledFor(logging.DEBUG):
@@ -225,16 +259,17 @@ class Session:
         self._reading = True
         until = time.monotonic() + READ_BUDGET
         try:
-            for _ in range(READS_PER_WAKE):
-                # paho reads one packet per call, or a few: go on while bytes wait (an SSL
-                # socket may also hold decoded bytes that the next select() will not report).
+            for n in range(READS_PER_WAKE):
+                # paho reads one packet per call, or a few: go on while bytes wait (in our
+                # read buffer, or an SSL socket's decoded bytes: the next select() reports
+                # neither).
                 if c.loop_read() != MQTTErrorCode.MQTT_ERR_SUCCESS or self._sock is None:
                     break
-                if not (_unread(self._sock) or getattr(self._sock, "pending", _nothing)()):
+                if not (c.buffered() or _unread(self._sock)
+                        or getattr(self._sock, "pending", _nothing)()):
                     break
-                if time.monotonic() >= until:
-                    # Go on at the next turn (an SSL socket's decoded bytes would not wake
-                    # the selector again).
+                if n == READS_PER_WAKE - 1 or time.monotonic() >= until:
+                    # Go on at the next turn: what is buffered would not wake the selector.
                     asyncio.get_running_loop().call_soon(self._read_more)
                     break
         finally:
