@@ -69,7 +69,6 @@ class Outbound:
         self.positions = PositionSender(
             lambda item: self.outbox.add(self._all_topic(), "", item), self._publish_retained)
         self._position_topics: PositionTopics | None = None  # made once the identity is read
-        self.stale_cleared = 0  # retained positions of ours left in the other form, cleared
 
     def _all_topic(self) -> str:
         return frames.all_topic(self.prefix, self.host.node)
@@ -121,7 +120,6 @@ class Outbound:
     def clear_stale(self, topic: str) -> None:
         """A retained position of ours in the form we no longer use (hide_names was switched
         since it was published): cleared, so that it does not outlive the switch."""
-        self.stale_cleared += 1
         self._link().publish(topic, b"", retain=True)
 
     def _publish_batch(self, topic: str, to: str, items: tuple[frames.Item, ...]) -> None:

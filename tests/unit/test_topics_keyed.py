@@ -47,7 +47,7 @@ def test_a_keyed_level_is_one_short_opaque_level_safe_on_every_broker() -> None:
 
 def test_the_secret_comes_from_the_identity_and_survives_a_restart() -> None:
     assert names_secret(node_identity("a").key) == SECRET  # the same key file, read again
-    assert len(SECRET) == 32 and SECRET != names_secret(node_identity("a", "2").key)
+    assert len(SECRET) == 32 and names_secret(node_identity("a", "2").key) != SECRET
 
 
 def test_position_topics_in_either_form() -> None:
