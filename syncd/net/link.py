@@ -57,6 +57,8 @@ SUBSCRIBE_TIMEOUT = 10.0
 _QUICKACK = getattr(socket, "TCP_QUICKACK", None)
 # Bytes one recv(2) takes at most (below glibc's mmap threshold: no mmap per read).
 READ_CHUNK = 64 << 10
+TOPIC_HEADS = 1024  # topics whose encoded form is kept (cleared past that)
+MAX_PACKET = 268_435_455  # MQTT's largest remaining length
 READS_PER_WAKE = 64  # MQTT packets read per wake-up at most: a burst costs one loop turn
 # Seconds of handling per wake-up at most: a peer's burst of heavy frames (manifests of
 # thousands of entries cost 0.2-0.5 s each) must let the loop turn, or nothing else runs.
@@ -112,6 +114,7 @@ class Session:
         self._max_queued = max_queued
         self.queued = 0  # bytes handed to paho and not yet acknowledged by the broker
         self._sizes: dict[int, int] = {}  # mid -> bytes, until the PUBACK
+        self._heads: dict[str, bytes] = {}  # topic -> its length and bytes (_write_now)
         self.dropped = 0  # publishes refused because the queue was full
         self._connected: asyncio.Future[None] = self._loop.create_future()
         self.closed: asyncio.Future[str] = self._loop.create_future()  # -> why
@@ -215,6 +218,8 @@ class Session:
         if self.queued + size > self._max_queued and self.queued:
             self.dropped += 1
             return False
+        if qos == 0 and self._write_now(topic, payload, retain):
+            return True
         info = self._client.publish(topic, payload, qos=qos, retain=retain)
         if info.rc != MQTTErrorCode.MQTT_ERR_SUCCESS:
             log.debug("publish to %s dropped: %s", topic, paho.error_string(info.rc))
@@ -223,6 +228,39 @@ class Session:
             self._sizes[info.mid] = size
             self.queued += size
         self._pump()
+        return True
+
+    def _write_now(self, topic: str, payload: bytes, retain: bool) -> bool:
+        """A QoS 0 PUBLISH (a live batch) written to the socket here, not through paho's
+        queue: paho builds a message info and a queue entry per publish, and once it is
+        written calls on_publish with a new reason code and properties, most of a live
+        frame's cost on this side. Only when paho holds nothing unwritten (order is kept);
+        what the socket does not take now goes to the end of paho's queue, written next by
+        the writer callback. False: not connected, or paho has bytes queued (it publishes)."""
+        c = self._client
+        if self._sock is None or c._out_packet or not c.is_connected():
+            return False
+        head = self._heads.get(topic)
+        if head is None:
+            name = topic.encode("utf-8")
+            if not name:
+                raise ValueError("Invalid topic.")
+            c._raise_for_invalid_topic(name)  # as paho's publish would refuse it
+            if len(self._heads) >= TOPIC_HEADS:
+                self._heads.clear()
+            head = self._heads[topic] = len(name).to_bytes(2, "big") + name
+        if len(head) + len(payload) > MAX_PACKET:
+            return False  # paho refuses it
+        packet = qos0_publish(head, payload, retain)
+        try:
+            sent = self._sock.send(packet)
+        except (OSError, ssl.SSLError):
+            sent = 0  # would block, or the connection went: paho's write finds out
+        if sent < len(packet):
+            c._out_packet.append({"command": paho.PUBLISH, "mid": 0, "qos": 0, "pos": sent,
+                                  "to_process": len(packet) - sent, "packet": packet,
+                                  "info": paho.MQTTMessageInfo(0)})
+            self._pump()
         return True
 
     async def _wait(self, fut: asyncio.Future[Any], within: float, what: str) -> Any:
@@ -545,6 +583,18 @@ class Link:
                     self._presence_topic,
                     self._seal(self._presence_topic, False, self.conn), within=2)
             session.close()
+
+
+def qos0_publish(head: bytes, payload: bytes, retain: bool) -> bytes:
+    """An MQTT 3.1.1 PUBLISH at QoS 0: `head` is the topic's length (2 bytes) and bytes."""
+    size = len(head) + len(payload)
+    fixed = bytearray((0x31 if retain else 0x30,))
+    while True:  # the remaining length, 7 bits a byte, lowest first
+        byte, size = size & 0x7F, size >> 7
+        fixed.append(byte | 0x80 if size else byte)
+        if not size:
+            break
+    return b"".join((fixed, head, payload))
 
 
 def _check_granted(topic: str, granted: tuple[int, ...] | list[ReasonCode]) -> None:
