@@ -21,7 +21,9 @@ import os
 import signal
 import sys
 import tracemalloc
+import types
 from pathlib import Path
+from typing import TextIO
 
 from syncd.ops import allocator
 
@@ -83,7 +85,57 @@ def _pymalloc_stats(path: Path) -> None:
                     name = f"({type(r).__name__})"
                     size[name] += sys.getsizeof(r)
                     count[name] += 1
+        hosts = [o for o in objs if type(o).__name__ == "Host"]
         del objs, seen
         out.write(f"\nlive objects: {sum(size.values())} bytes\n")
         for name, n in size.most_common(40):
             out.write(f"{n:12d} {count[name]:8d} {name}\n")
+        for host in hosts:
+            try:
+                _owners(host, out)
+            except Exception as e:  # a diagnosis must not take the daemon down
+                out.write(f"\nowners not walked: {e!r}\n")
+
+
+_OPAQUE = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType,
+           types.CodeType, types.FrameType)
+
+
+def _owners(host: object, out: TextIO) -> None:
+    """What the host's attributes hold (bytes reachable from each, each object counted once,
+    in the order of the attributes; classes, modules and functions not followed), and the
+    same for the attributes of its file tasks and resource machines, summed over all."""
+    seen = {id(host), id(vars(host)), id(getattr(host, "config", None))}
+
+    def deep(root: object) -> int:
+        total, stack = 0, [root]
+        while stack:
+            o = stack.pop()
+            if id(o) in seen or isinstance(o, _OPAQUE):
+                continue
+            seen.add(id(o))
+            total += sys.getsizeof(o)
+            stack.extend(gc.get_referents(o))
+        return total
+
+    groups: list[tuple[str, list[object]]] = [
+        ("task", list(getattr(host, "replicas", {}).values())),
+        ("machine", [t.machine for t in getattr(host, "replicas", {}).values()]),
+    ]
+    files = list(getattr(getattr(host, "resources", None), "files", {}).values())
+    groups += [("resources", files), ("resources.machine", [r.machine for r in files])]
+    for _, items in groups:
+        seen.update(id(i) for i in items)
+        seen.update(id(vars(i)) for i in items if hasattr(i, "__dict__"))
+    for label, items in groups:
+        sums: collections.Counter[str] = collections.Counter()
+        for i in items:
+            for attr in getattr(i, "__dict__", {}) or {}:
+                sums[attr] += deep(getattr(i, attr))
+        out.write(f"\n{label} ({len(items)}), attributes summed\n")
+        for attr, n in sums.most_common(15):
+            out.write(f"{n:12d} {label}.{attr}\n")
+    sums = collections.Counter({attr: deep(v) for attr, v in vars(host).items()})
+    out.write("\nhost, the rest\n")
+    for attr, n in sums.most_common(20):
+        out.write(f"{n:12d} host.{attr}\n")
