@@ -29,17 +29,11 @@ M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD = 16 << 20  # chunk_bytes is at most 16 MiB: every frame comes from the heap
 TRIM_THRESHOLD = 32 << 20  # free memory at the top of the heap kept for the next frames
-# (8 MiB made a 256 MB catch-up about 10 % slower: every frame grew the heap again, in free())
+# (8 MiB made a 256 MB catch-up about 10 % slower: every frame grew the heap again)
 # Between two trims the heap may keep what one second of frames freed; a trim of a 50 MiB
 # heap costs about a millisecond, and the pages it gives back are faulted in again only
 # when used.
 TRIM_INTERVAL = 1.0
-# Free bytes past which the per-second trim runs. Apart from TRIM_THRESHOLD, which free()
-# obeys on every frame: once a second the pages come back at most once, where free() gave
-# them back and took them again per frame. At 32 MiB, a hostile peer's frames left 20-30 MiB
-# free and resident in every victim's heap, which no trim ever returned
-# (docs/peer-limits.md).
-KEEP_FREE = 8 << 20
 
 
 def tune() -> bool:
@@ -83,14 +77,14 @@ def trim() -> bool:
 
 def worth_trimming(free: int | None) -> bool:
     """Whether the heap's free bytes (mallinfo2's fordblks; None: unknown) are worth a trim:
-    past KEEP_FREE. A trim walks the heap (5-13 ms with 100 MiB free, on the loop), so a
+    past TRIM_THRESHOLD. A trim walks the heap (5-13 ms with 100 MiB free, on the loop), so a
     quiet heap is not walked every second."""
-    return free is None or free > KEEP_FREE
+    return free is None or free > TRIM_THRESHOLD
 
 
 async def keep_trimmed(interval: float = TRIM_INTERVAL) -> None:
-    """Trim the heap every `interval` seconds while it holds more than KEEP_FREE free, for as
-    long as the daemon runs."""
+    """Trim the heap every `interval` seconds while it holds more than TRIM_THRESHOLD free,
+    for as long as the daemon runs."""
     libc = _libc()
     if getattr(libc, "malloc_trim", None) is None:
         return

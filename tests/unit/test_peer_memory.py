@@ -44,8 +44,8 @@ def test_the_heap_gives_its_free_pages_back() -> None:
 
 
 def test_a_quiet_heap_is_not_walked_every_second() -> None:
-    assert not allocator.worth_trimming(allocator.KEEP_FREE)
-    assert allocator.worth_trimming(allocator.KEEP_FREE + 1)
+    assert not allocator.worth_trimming(allocator.TRIM_THRESHOLD)
+    assert allocator.worth_trimming(allocator.TRIM_THRESHOLD + 1)
     assert allocator.worth_trimming(None)  # no mallinfo2: trim as before
 
 
