@@ -14,10 +14,9 @@ from syncd.core.frames import ResEntry
 
 ENTRIES_PER_ITEM = 2000  # entries per RHAVE item: a whole manifest goes in parts this big
 # What one manifest entry heard from a peer costs here, in bytes (measured: ~220 besides its
-# name, as a ResEntry in a dict, ~300 with a hostile peer's numbers: two 63-bit integers and
-# a one-letter origin; names count twice, for non-ASCII text): charged to the peer's
-# Holdings while kept.
-ENTRY_COST = 300
+# name, as a ResEntry in a dict; names count twice, for non-ASCII text): charged to the
+# peer's Holdings while kept.
+ENTRY_COST = 240
 ENTRY_WIRE = 110  # bytes of an entry in a manifest sent, besides its name and origin
 
 
