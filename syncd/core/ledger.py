@@ -248,11 +248,13 @@ class Ledger:
         return None
 
     @classmethod
-    def restore(cls, chain: list[bytes], size: int, partial: bytes, records: str = LINES
-                ) -> Ledger:
+    def restore(cls, chain: list[bytes], size: int, partial: bytes, records: str = LINES,
+                hashed: hashlib._Hash | None = None) -> Ledger:
         """Rebuild from a persisted chain and the partial block read back from disk. For
         frames, where the last record began is not known until bytes that begin with a
-        frame's magic number are appended (zstdframes.FrameScanner)."""
+        frame's magic number are appended (zstdframes.FrameScanner). `hashed`: a sha256
+        already fed `partial` (the caller checked it against the record), not hashed
+        again."""
         full_blocks = size // BLOCK
         if len(chain) < full_blocks + 1:
             raise ValueError("persisted chain is shorter than the persisted size")
@@ -260,7 +262,10 @@ class Ledger:
             raise ValueError("partial block has the wrong length")
         ledger = cls(records)
         ledger._chain = chain[: full_blocks + 1]
-        ledger._partial.update(partial)
+        if hashed is not None:
+            ledger._partial = hashed
+        else:
+            ledger._partial.update(partial)
         ledger._tail = bytearray(partial)
         ledger._size = size
         ledger._digest = None

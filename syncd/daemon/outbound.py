@@ -94,8 +94,14 @@ class Outbound:
 
     def _publish_retained(self, key: str, file: str, item: frames.Item) -> None:
         self.outbox.flush()  # keep order: bytes announced are sent before the position
+        link = self._link()
+        if not link.connected.is_set():
+            # The link would drop it: not sealed for nothing. At start-up every file
+            # announces itself before the broker answers (1000 keys: 1000 seals), and a
+            # connection announces every file again anyway (Host._on_connected).
+            return
         topic = frames.position_topic(self.prefix, self.host.node, key, file)
-        self._link().publish(topic, self.seal(topic, (item,)), retain=True)
+        link.publish(topic, self.seal(topic, (item,)), retain=True)
 
     def _publish_batch(self, topic: str, to: str, items: tuple[frames.Item, ...]) -> None:
         # Live batches at QoS 0: a lost one is a gap the next batch or position reveals (and
