@@ -86,7 +86,8 @@ def judge_record(rec: FileRecord, chain: list[bytes], snap: Snapshot, records: s
             and len(partial) == rec.size - block_start(rec.size)
             and (hashed := hashlib.sha256(partial)).digest() == rec.partial):
         # The ledger goes on from this hasher: the partial block is hashed once.
-        return Restore(Ledger.restore(chain, rec.size, partial, records, hashed=hashed))
+        return Restore(Ledger.restore(chain, rec.size, partial, records, hashed=hashed,
+                                      keep_tail=False))
     # Changed while we were away (appended, or edited): rehash before trusting anything.
     # Bytes we recorded as held count as ours even mid-line, and so do a peer's pieces
     # we were appending when we stopped (the intent), never a local writer's torn line.

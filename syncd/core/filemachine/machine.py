@@ -477,7 +477,7 @@ class FileMachine:
         if ev.purpose == "check":
             if loading.still_vouched(ledger, fresh, snap):
                 return  # every byte we vouched for is still there
-            where = first_change(ledger.chain, ledger.tail, ledger.size, fresh.chain,
+            where = first_change(ledger.chain, ledger.known_tail, ledger.size, fresh.chain,
                                  fresh.tail, fresh.size)
             self._replace_history(fresh, snap.stat, where, ev.why, now, out)
         elif ev.purpose == "shrunk":
@@ -490,7 +490,7 @@ class FileMachine:
             self._local_reset(f"file truncated from {ledger.size} to {fresh.size} bytes", now,
                               wall, out)
         elif ev.purpose == "rewritten":
-            where = first_change(ledger.chain, ledger.tail, ledger.size, fresh.chain,
+            where = first_change(ledger.chain, ledger.known_tail, ledger.size, fresh.chain,
                                  fresh.tail, fresh.size)
             self._replace_history(fresh, snap.stat, where, ev.why, now, out)
 
