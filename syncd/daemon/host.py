@@ -397,7 +397,8 @@ class Host:
         self.resources.connected()
 
     def _subscriptions(self) -> list[str]:
-        return frames.subscriptions(self.outbound.prefix, self.node, self.config.peers)
+        return frames.subscriptions(self.outbound.prefix, self.node, self.config.peers,
+                                    self.config.mqtt.hide_names)
 
     # --- the operator -----------------------------------------------------------------------
 
