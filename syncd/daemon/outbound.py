@@ -105,8 +105,14 @@ class Outbound:
 
     def _publish_retained(self, key: str, file: str, item: frames.Item) -> None:
         self.outbox.flush()  # keep order: bytes announced are sent before the position
+        link = self._link()
+        if not link.connected.is_set():
+            # The link would drop it: not sealed for nothing. At start-up every file
+            # announces itself before the broker answers (1000 keys: 1000 seals), and a
+            # connection announces every file again anyway (Host._on_connected).
+            return
         topic = self.position_topics.of(key, file)
-        self._link().publish(topic, self.seal(topic, (item,)), retain=True)
+        link.publish(topic, self.seal(topic, (item,)), retain=True)
 
     def clear_position(self, key: str, file: str) -> None:
         """A file no longer replicated here, under hide_names: its retained position goes (by

@@ -69,10 +69,16 @@ class RecordFiles:
         self._wake = threading.Event()
         self._worker: threading.Thread | None = None
         self._note_paths: dict[tuple[str, str], Path] = {}  # (key, file) -> its note's path
+        self._folders: dict[str, Path] = {}  # key -> folder(key)
 
     def folder(self, key: str) -> Path:
         """The directory of `key`'s records (every file of state that names a key is in it)."""
-        return statepath.key_dir(self.root, key)
+        found = self._folders.get(key)
+        if found is None:
+            # Asked several times per file at every start (the encoding and the joins were
+            # 4 % of a 1000-key start-up); a key that is gone costs one entry until restart.
+            found = self._folders[key] = statepath.key_dir(self.root, key)
+        return found
 
     def _paths(self, key: str, file: str) -> tuple[Path, Path]:
         d = self.folder(key)
