@@ -1,8 +1,8 @@
 """Blocking file I/O on one local copy. Small functions; the replica decides when to call them.
 
 Files are opened per operation, except that the descriptors of the last reads and appends
-below the roots stay open (openfiles.py: as many as RLIMIT_NOFILE allows, and each used again only where
-the name still means its inode). Every open goes through
+below the roots stay open (openfiles.py: as many as RLIMIT_NOFILE allows, and each used again
+only where the name still means its inode). Every open goes through
 `open_file`: a file below a runtimes root is a Spot, reached from its root one directory at a
 time with no symbolic link followed (tree.py), and only a regular file is accepted, so a copy
 replaced by a link to a secret elsewhere, or by a FIFO, or reached through a directory swapped
