@@ -22,6 +22,9 @@ through no symbolic link. It is used again only where the name still means that 
 - an fdatasync uses the descriptor the bytes were last read or appended through: the inode
   whose bytes were shipped or written, whatever the name means now (a name reopened then
   could be another file, and those bytes would go unsynced).
+- the log check's reads of those bytes (logfile.read_known) likewise: it checks the bytes of
+  the inode the machine shipped or wrote, not of whatever file the name means by then (the
+  machine's next stat notices a replacement, and the check starts over on the new file).
 
 Thread-safe: syncs run on groupsync's threads. A descriptor in use is closed only once its
 last user gives it back.

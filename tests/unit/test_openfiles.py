@@ -12,7 +12,7 @@ from syncd.core.errors import FileReplaced
 from syncd.core.oslimits import KEPT_CEILING, KEPT_FLOOR, kept_descriptors
 from syncd.core.spot import Spot
 from syncd.disk import logfile
-from syncd.disk.openfiles import OPEN, READ, OpenFiles
+from syncd.disk.openfiles import APPEND, OPEN, READ, OpenFiles
 from syncd.disk.tree import NotRegularFile
 
 
@@ -153,3 +153,44 @@ def test_thousands_of_files_keep_their_descriptors(tmp_path: Path) -> None:
         assert held is not None
         files.give_back(held)
     files.close_all()
+
+
+def test_the_log_check_reads_back_through_the_descriptor_the_bytes_came_through(
+        tmp_path: Path) -> None:
+    """read_known (the log check's reads) uses the descriptor of the last read or append,
+    not the name: the bytes of the inode the machine shipped or wrote, even once the name
+    means another file (the machine's next stat notices that, and the check starts over)."""
+    spot, path = spot_in(tmp_path)
+    assert look(spot) == b"a\n"
+    new = path.with_name("new")
+    new.write_bytes(b"b\n")
+    new.rename(path)
+    assert logfile.read_known(spot, 0, 2) == b"a\n"  # the inode looked at
+    assert logfile.read_range(spot, 0, 2) == b"b\n"  # by name: the new file
+    logfile.stat(spot)  # the stat finds the new inode: the old descriptor is let go
+    assert logfile.read_known(spot, 0, 2) == b"b\n"
+
+
+def test_an_append_descriptor_is_read_back_through(tmp_path: Path) -> None:
+    spot, path = spot_in(tmp_path)
+    st = logfile.stat(spot)
+    assert st is not None
+    logfile.append_at(spot, st.size, b"b\n", st.inode)  # a standby's append: kept, readable
+    os.rename(path, path.with_name("moved"))
+    assert logfile.read_known(spot, 2, 4) == b"b\n"
+
+
+def test_without_a_descriptor_the_log_check_reads_by_name(tmp_path: Path) -> None:
+    spot, _ = spot_in(tmp_path)
+    OPEN.forget(spot)
+    assert logfile.read_known(spot, 0, 2) == b"a\n"
+    assert logfile.read_known(spot, 2, 2) == b""
+
+
+def test_a_write_only_descriptor_is_not_read_from(tmp_path: Path) -> None:
+    spot, path = spot_in(tmp_path)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    st = os.fstat(fd)
+    OPEN.give_back(OPEN.keep(spot, APPEND, fd, (st.st_dev, st.st_ino)))
+    assert logfile.read_known(spot, 0, 2) == b"a\n"  # EBADF on it: read by name instead
+    OPEN.forget(spot)
