@@ -51,6 +51,9 @@ class MqttConfig:
     # dropped (and repaired later by anti-entropy) instead of growing memory behind a slow
     # broker.
     max_queued_bytes: int = 64 << 20
+    # Positions under one keyed level per file, not the key's and file's names (topics.py);
+    # every host must run a release that reads that form first (docs/protocol.md).
+    hide_names: bool = False
 
     @property
     def endpoints(self) -> tuple[Broker, ...]:
@@ -223,7 +226,7 @@ _TOP = {
 _MQTT = {
     "host", "port", "brokers", "topic_prefix", "client_id", "username", "password_file",
     "keepalive", "reconnect_min", "reconnect_max", "tls", "tls_ca_file", "tls_cert_file",
-    "tls_key_file", "subscribe_qos", "max_queued_bytes",
+    "tls_key_file", "subscribe_qos", "max_queued_bytes", "hide_names",
 }
 _KEY = {"files", "role", "writers", "resources", "records", "settle"}
 _RESOURCES = {"enabled", "include", "exclude", "replaced", "max_file_bytes", "max_depth"}
@@ -392,6 +395,7 @@ def parse_config(data: dict[str, Any], path: Path, text: str = "") -> Config:
         tls_key_file=tls_files["tls_key_file"],
         subscribe_qos=m.integer("subscribe_qos", 1, 0, 1),
         max_queued_bytes=m.integer("max_queued_bytes", 64 << 20, 1 << 20, 1 << 40),
+        hide_names=m.flag("hide_names", False),
     )
     metrics = _metrics(top, _Reader(path, text, data.get("metrics", {}), "metrics"))
     limits = _limits(top, _Reader(path, text, data.get("limits", {}), "limits"))

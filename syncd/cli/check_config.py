@@ -232,6 +232,10 @@ def command(config_path: Path, broker: bool, timeout: float) -> None:
     if config.secret_file is not None:
         click.echo(f"note: secret_file is no longer used (frames are signed with each host's "
                    f"identity_file since protocol 3); remove it from {config_path}", err=True)
+    if config.mqtt.hide_names:
+        click.echo("note: [mqtt] hide_names is on: this host's positions go under keyed topic "
+                   "levels, which hosts of an earlier release never hear; every host must run "
+                   "this release (docs/protocol.md, Compatibility)", err=True)
     if broker:
         results = asyncio.run(brokercheck.check_all(config, timeout))
         for _endpoint, result in results:

@@ -4,9 +4,10 @@ Retiring a host is a config change: remove its line from `[peers]` on every host
 `syncd reload` there. From then on its frames are refused, and every host drops it from
 status, metrics and divergences (nothing it says counts, so nothing it left can mislead).
 This command does the broker's half: it learns which retained topics NODE left (its presence
-and one position per file) by subscribing to them and clears each with an empty retained
-payload, so that the broker stops handing them to every host that connects. It refuses while
-this host's config still lists NODE.
+and one position per file, in either topic form, plain or keyed: `[mqtt] hide_names`) by
+subscribing to them and clears each with an empty retained payload, so that the broker stops
+handing them to every host that connects. It refuses while this host's config still lists
+NODE.
 
 The shipped ACL lets a node write only its own topics: run this with the broker's admin login
 (`--username`/`--password-file`, the ACL's `syncd-admin` user), from any host with the config.
@@ -74,7 +75,8 @@ async def forget(config: Config, node: str, username: str | None, password: str 
     m = config.mqtt
     p = m.topic_prefix
     presence_topic = frames.presence_topic(p, node)
-    positions = f"{p}/p/{frames.level(node)}/+/+"
+    # Plain positions (P/p/<node>/<key>/<file>) and keyed ones (hide_names: P/p/<node>/~k…).
+    positions = [f"{p}/p/{frames.level(node)}/+/+", f"{p}/p/{frames.level(node)}/+"]
     nonce = secrets.token_hex(4)
     sentinel = f"{p}/a/{frames.level(config.node)}/syncd-forget/{nonce}"
     failures = []
@@ -92,14 +94,14 @@ async def forget(config: Config, node: str, username: str | None, password: str 
     else:
         raise Refused(f"cannot connect to broker {'; nor to '.join(failures)}")
     try:
-        retained = await _retained(client, [presence_topic, positions], sentinel, wait)
+        retained = await _retained(client, [presence_topic, *positions], sentinel, wait)
         had_presence = retained.pop(presence_topic, None) is not None
         if not had_presence and not retained and not force:
             raise Refused(f"the broker holds no presence or position of {node} under {p}/: "
                           "check the name (--force clears anyway)")
         for topic in [presence_topic, *sorted(retained)]:
             await client.publish(topic, b"", qos=1, retain=True, timeout=wait)
-        left = await _retained(client, [presence_topic, positions], sentinel, wait)
+        left = await _retained(client, [presence_topic, *positions], sentinel, wait)
         if left:
             raise Refused(f"{len(left)} retained messages of {node} are still there after "
                           "clearing them: this login may not write other nodes' topics (the "

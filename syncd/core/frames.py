@@ -90,8 +90,11 @@ from syncd.core.topics import (
     Route,
     all_topic,
     channel_of,
+    keyed_level,
+    keyed_position_topic,
     level,
     name_of_level,
+    own_stale_position,
     parse_topic,
     position_topic,
     presence_topic,
@@ -107,7 +110,8 @@ __all__ = [
     "Beat", "Channel", "Data", "Frame", "FrameError", "Item", "Kind", "Payload", "Presence",
     "Probe", "ProbeWhat", "Probed", "Refuse", "Request", "ResAsk", "ResChunk", "ResEntry",
     "ResHave", "ResList", "ResRefuse", "ResSum", "Route", "all_topic", "channel_of",
-    "check_signature", "decode", "encode", "finish", "item_parts", "level", "name_of_level",
+    "check_signature", "decode", "encode", "finish", "item_parts", "keyed_level",
+    "keyed_position_topic", "level", "name_of_level", "own_stale_position",
     "parse_topic", "position_topic", "presence_topic", "res_have", "resource_name_problem",
     "routing", "signed_part", "subscriptions", "to_topic",
 ]
@@ -234,8 +238,10 @@ def finish(route: Route, head: dict[str, Any], body: memoryview, sender: str,
             raise FrameError("an item is not an object")
         item, used = decode_item(raw, body, at, max_data, allowed)
         at += used
-        if route.channel is Channel.POSITION and (level(item.key) != route.key
-                                                  or level(item.file) != route.file):
+        # Under a keyed level (hide_names) the names are the authenticated body's: the
+        # level cannot be recomputed here, and the signature or seal binds the topic.
+        if route.channel is Channel.POSITION and not route.keyed and (
+                level(item.key) != route.key or level(item.file) != route.file):
             raise FrameError("position names another key or file than its topic")
         items.append(item)
     if at != len(body):

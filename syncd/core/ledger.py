@@ -19,7 +19,10 @@ once (a chain that differs at i differs at every later index).
 The partial block's bytes are kept too (at most BLOCK bytes per file): they let a host check
 the bytes just below its end by comparison instead of hashing, and decide whether a file that
 shrank is a truncation of what it held or an edit. hashlib objects cannot be serialised, so a
-restart rebuilds the partial block from disk; the chain itself is persisted.
+restart rebuilds the partial block's hasher from disk; the chain itself is persisted. The
+bytes themselves are not kept after a restart (`restore(keep_tail=False)`: 1000 idle files
+held ~64 MB of them for nothing): until the partial block fills up, the bytes below the end
+are checked against its digest instead, and what needs the bytes says it cannot tell.
 
 This module is pure: no files, no clocks. Callers hand it bytes.
 """
@@ -59,7 +62,7 @@ class Ledger:
     def __init__(self, records: str = LINES) -> None:
         self._chain: list[bytes] = [ZERO_CHAIN]
         self._partial = hashlib.sha256()
-        self._tail = bytearray()
+        self._tail: bytearray | None = bytearray()  # None: not kept (restored without it)
         self._size = 0
         self._digest: bytes | None = None  # digest() until the next extend
         # Where the last line (finished or not) begins, and whether our bytes end with a
@@ -100,13 +103,14 @@ class Ledger:
             self._ends_line = data.endswith(b"\n")
         view = memoryview(data)
         while view:
-            room = BLOCK - len(self._tail)
+            room = BLOCK - self._size % BLOCK
             piece = view[:room]
             self._partial.update(piece)
-            self._tail += piece
+            if self._tail is not None:
+                self._tail += piece
             self._size += len(piece)
             view = view[room:]
-            if len(self._tail) == BLOCK:
+            if len(piece) == room:
                 self._chain.append(
                     hashlib.sha256(self._chain[-1] + self._partial.digest()).digest()
                 )
@@ -140,8 +144,17 @@ class Ledger:
 
     @property
     def tail(self) -> bytes:
-        """The bytes after the last full block (fewer than BLOCK)."""
+        """The bytes after the last full block (fewer than BLOCK); only of a ledger that keeps
+        them (see known_tail)."""
+        if self._tail is None:
+            raise ValueError("the partial block's bytes are not kept (restored without them)")
         return bytes(self._tail)
+
+    @property
+    def known_tail(self) -> bytes | None:
+        """The bytes after the last full block, or None if not kept (restored without them,
+        until the partial block fills up)."""
+        return None if self._tail is None else bytes(self._tail)
 
     def recheck_start(self) -> int:
         """Where the bytes re-read before vouching for our end begin.
@@ -183,8 +196,12 @@ class Ledger:
                 value = hashlib.sha256(self._chain[block] + hashlib.sha256(piece).digest())
                 if value.digest() != self._chain[block + 1]:
                     return False
-            elif first + at + len(piece) == self._size and piece != self._tail:
-                return False
+            elif first + at + len(piece) == self._size:
+                if self._tail is None:  # not kept: its digest is (the whole partial block)
+                    if hashlib.sha256(piece).digest() != self._partial.digest():
+                        return False
+                elif piece != self._tail:
+                    return False
             at += BLOCK
         return True
 
@@ -198,13 +215,18 @@ class Ledger:
         start = block_start(offset)
         if offset == start:
             return self.digest_at(offset, b"")
-        if start == block_start(self._size):
+        if start == block_start(self._size) and self._tail is not None:
             return self.digest_at(offset, bytes(self._tail[: offset - start]))
         return None
 
     def digest_with(self, extra: bytes) -> bytes:
         """Digest of our prefix followed by `extra` (bytes that are not ours to record)."""
-        other = Ledger.restore(list(self._chain), self._size, bytes(self._tail))
+        other = Ledger()  # lines: only its digest is asked
+        other._chain = list(self._chain)
+        other._partial = self._partial.copy()  # the partial block's bytes are not needed
+        other._tail = None
+        other._size = self._size
+        other._line_start = other._ends_line = None
         other.extend(extra)
         return other.digest()
 
@@ -221,7 +243,9 @@ class Ledger:
             return False
         if full < len(self._chain) - 1:
             return None if other.size % BLOCK else True
-        return self.tail.startswith(other.tail)
+        if self._tail is None or other._tail is None:
+            return None  # our partial block's bytes are not kept
+        return self._tail.startswith(other._tail)
 
     def digest_at(self, offset: int, partial: bytes) -> bytes:
         """Digest of the prefix of length `offset` <= size.
@@ -248,11 +272,13 @@ class Ledger:
         return None
 
     @classmethod
-    def restore(cls, chain: list[bytes], size: int, partial: bytes, records: str = LINES
-                ) -> Ledger:
+    def restore(cls, chain: list[bytes], size: int, partial: bytes, records: str = LINES,
+                hashed: hashlib._Hash | None = None, keep_tail: bool = True) -> Ledger:
         """Rebuild from a persisted chain and the partial block read back from disk. For
         frames, where the last record began is not known until bytes that begin with a
-        frame's magic number are appended (zstdframes.FrameScanner)."""
+        frame's magic number are appended (zstdframes.FrameScanner). `hashed`: a sha256
+        already fed `partial` (the caller checked it against the record), not hashed
+        again. `keep_tail` False: `partial` is not kept (see the module's docstring)."""
         full_blocks = size // BLOCK
         if len(chain) < full_blocks + 1:
             raise ValueError("persisted chain is shorter than the persisted size")
@@ -260,8 +286,11 @@ class Ledger:
             raise ValueError("partial block has the wrong length")
         ledger = cls(records)
         ledger._chain = chain[: full_blocks + 1]
-        ledger._partial.update(partial)
-        ledger._tail = bytearray(partial)
+        if hashed is not None:
+            ledger._partial = hashed
+        else:
+            ledger._partial.update(partial)
+        ledger._tail = bytearray(partial) if keep_tail else None
         ledger._size = size
         ledger._digest = None
         if ledger._frames is not None:

@@ -82,6 +82,12 @@ class RetainPacer:
         held back), in no particular order."""
         return [(w, self._pending.get(w, sent)) for w, (sent, _at) in self._sent.items()]
 
+    def drop(self, where: Where) -> None:
+        """A file no longer replicated: nothing of it is due any more (its heap entry goes
+        stale and is skipped)."""
+        self._sent.pop(where, None)
+        self._pending.pop(where, None)
+
     def forget(self) -> None:
         """A new connection (the broker may have lost its retained messages): the next
         announcement of every file goes at once."""

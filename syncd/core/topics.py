@@ -5,6 +5,7 @@ of a node id, an instance key or a file name (see below):
 
     P/n/<node>                  retained presence; "offline" is the connection's will
     P/p/<node>/<key>/<file>     retained position of <node>'s copy of one file (size + digest)
+    P/p/<node>/~k<32 hex>       the same, under `[mqtt] hide_names`: one keyed level (below)
     P/a/<node>                  a batch for everyone: the bytes <node> just got, of any files
     P/t/<to>/<node>             a batch for <to> only: requests, answers, refusals, probes
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import hmac
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -74,6 +76,8 @@ def channel_of(kind: Kind, to: str = "") -> Channel:
 
 
 _PLAIN = re.compile(rf"[A-Za-z0-9_-]{{1,{LEVEL_MAX}}}")
+KEYED_MARK = "~k"
+_KEYED = re.compile(r"~k[0-9a-f]{32}")
 
 
 def level(name: str) -> str:
@@ -101,6 +105,18 @@ def name_of_level(text: str) -> str | None:
     return raw.decode("utf-8", "surrogateescape")
 
 
+def keyed_level(secret: bytes, key: str, file: str) -> str:
+    """The one level that stands for (key, file) under hide_names: opaque without `secret`.
+    The key's length goes first, so that no two pairs of names give the same message."""
+    k = key.encode("utf-8", "surrogateescape")
+    message = len(k).to_bytes(4, "big") + k + file.encode("utf-8", "surrogateescape")
+    return KEYED_MARK + hmac.digest(secret, message, "sha256")[:16].hex()
+
+
+def is_keyed_level(text: str) -> bool:
+    return _KEYED.fullmatch(text) is not None
+
+
 @dataclass(frozen=True, slots=True)
 class Route:
     """What a topic says: the channel and the (encoded) levels after it."""
@@ -108,8 +124,13 @@ class Route:
     channel: Channel
     sender: str  # a level
     to: str = ""  # a level, for Channel.TO
-    key: str = ""  # a level, for Channel.POSITION
-    file: str = ""  # a level, for Channel.POSITION
+    key: str = ""  # a level, for Channel.POSITION (or its keyed level: `keyed`)
+    file: str = ""  # a level, for Channel.POSITION ("" under a keyed level)
+
+    @property
+    def keyed(self) -> bool:
+        """A position under a keyed level (hide_names): its names are its body's."""
+        return self.channel is Channel.POSITION and not self.file
 
 
 def presence_topic(prefix: str, node: str) -> str:
@@ -120,6 +141,10 @@ def position_topic(prefix: str, node: str, key: str, file: str) -> str:
     return f"{prefix}/p/{level(node)}/{level(key)}/{level(file)}"
 
 
+def keyed_position_topic(prefix: str, node: str, secret: bytes, key: str, file: str) -> str:
+    return f"{prefix}/p/{level(node)}/{keyed_level(secret, key, file)}"
+
+
 def all_topic(prefix: str, node: str) -> str:
     return f"{prefix}/a/{level(node)}"
 
@@ -128,18 +153,32 @@ def to_topic(prefix: str, to: str, node: str) -> str:
     return f"{prefix}/t/{level(to)}/{level(node)}"
 
 
-def subscriptions(prefix: str, node: str, peers: Iterable[str]) -> list[str]:
+def subscriptions(prefix: str, node: str, peers: Iterable[str],
+                  hide_names: bool = False) -> list[str]:
     """What `node` listens to: everyone's presence (a host missing from [peers] shows up as
     refused, once per connection), what is addressed to it, and the batches and positions of
-    each listed peer. Not `a/+` or `p/+/+/+`: the broker would send every batch of ours
-    back to us, a read and a parse per frame for nothing (a writer's largest MQTT cost)."""
-    topics = [f"{prefix}/n/+", f"{prefix}/t/{level(node)}/+"]
+    each listed peer, in both forms (plain levels, or one keyed level). Not `a/+` or
+    `p/+/+/+`: the broker would send every batch of ours back to us, a read and a parse per
+    frame for nothing (a writer's largest MQTT cost). Of our own positions, only the form we
+    do not publish (`hide_names` says which): none ever comes back but the retained ones we
+    left under it in a run with the other setting, for us to clear (own_stale_position)."""
+    mine = level(node)
+    topics = [f"{prefix}/n/+", f"{prefix}/t/{mine}/+"]
     for peer in sorted(set(peers) - {node}):
-        topics += [f"{prefix}/a/{level(peer)}", f"{prefix}/p/{level(peer)}/+/+"]
+        topics += [f"{prefix}/a/{level(peer)}", f"{prefix}/p/{level(peer)}/+/+",
+                   f"{prefix}/p/{level(peer)}/+"]
+    topics.append(f"{prefix}/p/{mine}/+/+" if hide_names else f"{prefix}/p/{mine}/+")
     return topics
 
 
-_LEVELS = {Channel.PRESENCE: 1, Channel.POSITION: 3, Channel.ALL: 1, Channel.TO: 2}
+def own_stale_position(route: Route, node_level: str, hide_names: bool) -> bool:
+    """Whether a message is a retained position of ours in the form we no longer use."""
+    return (route.channel is Channel.POSITION and route.sender == node_level
+            and route.keyed != hide_names)
+
+
+_LEVELS = {Channel.PRESENCE: (1,), Channel.POSITION: (3, 2), Channel.ALL: (1,),
+           Channel.TO: (2,)}
 
 
 def parse_topic(prefix: str, topic: str) -> Route:
@@ -152,13 +191,18 @@ def parse_topic(prefix: str, topic: str) -> Route:
         raise FrameError(f"unknown topic kind {parts[0][:50]!r} (another protocol version?)"
                          ) from None
     levels = parts[1:]
-    if len(levels) != _LEVELS[channel]:
-        raise FrameError(f"{channel.name.lower()} topic needs {_LEVELS[channel]} levels, "
-                         f"got {len(levels)}")
+    if len(levels) not in _LEVELS[channel]:
+        raise FrameError(f"{channel.name.lower()} topic needs "
+                         f"{' or '.join(map(str, _LEVELS[channel]))} levels, got {len(levels)}")
     if not all(0 < len(x) <= LEVEL_MAX for x in levels):
         raise FrameError("empty or overlong topic level")
     if channel is Channel.TO:
         return Route(channel, levels[1], to=levels[0])
     if channel is Channel.POSITION:
+        if len(levels) == 2:
+            if not is_keyed_level(levels[1]):
+                raise FrameError(f"position level {levels[1][:50]!r} is neither a key and a "
+                                 "file nor a keyed level")
+            return Route(channel, levels[0], key=levels[1])
         return Route(channel, levels[0], key=levels[1], file=levels[2])
     return Route(channel, levels[0])

@@ -33,6 +33,7 @@ from syncd.core.ledger import BLOCK, DIGEST_SIZE
 from syncd.core.pairkeys import PairKeys
 from syncd.core.telemetry import Telemetry
 from syncd.daemon.filetask import FileTask
+from syncd.daemon.outbound import Outbound
 from syncd.daemon.presence import Presence
 from syncd.daemon.resourcehub import RESOURCE_KINDS, ResourceHub
 
@@ -57,6 +58,7 @@ class GateHost(Protocol):
     holdings: Holdings
     resources: ResourceHub
     replicas: dict[tuple[str, str], FileTask]
+    outbound: Outbound
 
     def file_task(self, key: str, file: str, peer: str) -> FileTask | None:
         """The file task of (key, file), made on `peer`'s word if the bounds allow."""
@@ -100,6 +102,8 @@ class FrameGate:
             self.reject(topic, str(e))
             return
         if route.sender == self._level:
+            if frames.own_stale_position(route, self._level, self.host.config.mqtt.hide_names):
+                self.host.outbound.clear_stale(topic)  # left by a run with the other setting
             return  # our own presence comes back (n/+), or a frame to ourselves: not news
         if route.channel is Channel.TO and route.to != self._level:
             return
@@ -135,7 +139,11 @@ class FrameGate:
             return
         if route.channel is Channel.POSITION and self._claimed(sender, frame.items[0]) is None:
             return  # no key of ours, nor one it may make: no replay state kept for it either
-        verdict = self.guard.check(route.channel, topic, frame)
+        # A keyed position level is the sender's choice: its replay state is kept per file
+        # named inside, as for a plain topic (a peer cannot grow it with made-up levels).
+        verdict = self.guard.check(route.channel, frames.position_topic(
+            self.prefix, sender, frame.items[0].key, frame.items[0].file) if route.keyed
+            else topic, frame)
         if verdict.reason is not None:
             self.reject(topic, verdict.reason, route.sender)
             return

@@ -20,6 +20,7 @@ from syncd.core.freshness import ACTIVE_FOR, BEAT_INTERVAL, IDLE_BEAT
 from syncd.core.identity import Identity
 from syncd.core.pairkeys import PairKeys
 from syncd.core.telemetry import Telemetry
+from syncd.core.topicnames import PositionTopics
 from syncd.daemon.presence import Presence
 from syncd.net.link import Link
 from syncd.net.outbox import Outbox
@@ -67,6 +68,7 @@ class Outbound:
         self.outbox = Outbox(self._publish_batch, host.config.chunk_bytes)
         self.positions = PositionSender(
             lambda item: self.outbox.add(self._all_topic(), "", item), self._publish_retained)
+        self._position_topics: PositionTopics | None = None  # made once the identity is read
 
     def _all_topic(self) -> str:
         return frames.all_topic(self.prefix, self.host.node)
@@ -92,10 +94,39 @@ class Outbound:
     def flush(self) -> None:
         self.outbox.flush()
 
+    @property
+    def position_topics(self) -> PositionTopics:
+        if self._position_topics is None:
+            assert self.host.identity is not None
+            self._position_topics = PositionTopics(self.prefix, self.host.node,
+                                                   self.host.identity.key,
+                                                   self.host.config.mqtt.hide_names)
+        return self._position_topics
+
     def _publish_retained(self, key: str, file: str, item: frames.Item) -> None:
         self.outbox.flush()  # keep order: bytes announced are sent before the position
-        topic = frames.position_topic(self.prefix, self.host.node, key, file)
-        self._link().publish(topic, self.seal(topic, (item,)), retain=True)
+        link = self._link()
+        if not link.connected.is_set():
+            # The link would drop it: not sealed for nothing. At start-up every file
+            # announces itself before the broker answers (1000 keys: 1000 seals), and a
+            # connection announces every file again anyway (Host._on_connected).
+            return
+        topic = self.position_topics.of(key, file)
+        link.publish(topic, self.seal(topic, (item,)), retain=True)
+
+    def clear_position(self, key: str, file: str) -> None:
+        """A file no longer replicated here, under hide_names: its retained position goes (by
+        hand nobody could find its topic; a plain one stays, harmless, docs/operations.md)."""
+        self.positions.drop(key, file)
+        topics = self.position_topics
+        if topics.hide:
+            self._link().publish(topics.of(key, file), b"", retain=True)
+        topics.drop(key, file)
+
+    def clear_stale(self, topic: str) -> None:
+        """A retained position of ours in the form we no longer use (hide_names was switched
+        since it was published): cleared, so that it does not outlive the switch."""
+        self._link().publish(topic, b"", retain=True)
 
     def _publish_batch(self, topic: str, to: str, items: tuple[frames.Item, ...]) -> None:
         # Live batches at QoS 0: a lost one is a gap the next batch or position reveals (and

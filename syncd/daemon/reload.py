@@ -92,6 +92,7 @@ async def apply(host: ReloadHost, config: Config) -> list[str]:
             await r.stop()
             host.commits.forget(r)
             instances.drop(r)
+            host.outbound.clear_position(key, file)  # under hide_names, nobody else can
             log.info("reload: %s is no longer replicated", r.name)
         else:
             r.retune(host.tuning())

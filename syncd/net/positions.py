@@ -76,6 +76,11 @@ class PositionSender:
             self._held_timer = asyncio.get_running_loop().call_later(
                 POSITION_TICK, self._release_held)
 
+    def drop(self, key: str, file: str) -> None:
+        """A file no longer replicated here: none of its positions is sent any more."""
+        self._held.pop((key, file), None)
+        self._pacer.drop((key, file))
+
     def forget(self) -> None:
         """A new broker connection (it may have lost our retained positions): every file's
         next announcement is retained at once."""

@@ -124,7 +124,8 @@ async def check(config: Config, wait: float = 5.0, endpoint: Broker | None = Non
         passed.append(f"connected to {broker} as {m.username or '(anonymous)'}"
                       f"{' over TLS' if m.tls else ''}")
         refused = []
-        for topic in frames.subscriptions(m.topic_prefix, config.node, config.peers):
+        for topic in frames.subscriptions(m.topic_prefix, config.node, config.peers,
+                                          m.hide_names):
             granted = await client.subscribe(topic, qos=1)
             codes = [g if isinstance(g, int) else g.value for g in granted]
             if any(c >= 0x80 for c in codes):

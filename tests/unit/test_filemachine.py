@@ -15,6 +15,7 @@ import pytest
 from syncd.core.events import (
     Append,
     Appended,
+    Drained,
     Event,
     FindLine,
     IoFailed,
@@ -342,6 +343,27 @@ def test_an_append_cut_short_by_a_kill_is_the_peers_bytes_not_a_torn_line(whole:
     out = shell(m, f, piece(m.held, theirs, theirs[m.held:]), disk)
     assert not m.diverged and bytes(f.data) == theirs and m.held == len(theirs)
     assert any(isinstance(e, Log) and "cut short" in e.message for e in out)
+
+
+def test_a_restart_that_finds_the_file_as_recorded_writes_no_record_again() -> None:
+    """1000 idle keys at a restart: each record loaded was written again, identical, by the
+    records thread, and the loads waited on its lock. Only a record that says something new
+    is written."""
+    m = FileMachine("a", "k", "events.jsonl", "symmetric", Tuning(), online={"b": True})
+    f = File(LINE * 3)
+    disk = Disk()
+    shell(m, f, Loaded(None, []), disk)
+    stopped = m.record_at_shutdown()
+    assert stopped is not None and stopped.chain is not None
+    disk.record, disk.chain = stopped.record, list(stopped.chain)
+    m = restart(f, disk)
+    assert m.mode is Mode.LIVE and m.held == len(LINE * 3)
+    assert not [e for e in shell(m, f, Drained(), disk) if isinstance(e, Persist)]
+    f.write(LINE)  # the file grows: the next record says so
+    out = shell(m, f, Look(), disk) + shell(m, f, Drained(), disk, ) + shell(
+        m, f, Tick(), disk)
+    assert m.held == len(LINE * 4)
+    assert [e.record.size for e in out if isinstance(e, Persist)] == [len(LINE * 4)]
 
 
 def test_a_first_catch_up_cut_short_before_any_record_keeps_the_peers_bytes() -> None:

@@ -71,3 +71,13 @@ def test_the_next_due_file_is_found_among_thousands_and_an_urgent_send_restarts_
     assert due == [(files[1], Announce(2, D)), (files[2], Announce(2, D))]
     assert len(p.due(9.0)) == 2998  # the 2997 others, and files[0] (4.0 + 5)
     assert p.next_due() is None
+
+
+def test_a_file_no_longer_replicated_is_never_due_nor_restated() -> None:
+    p = RetainPacer(gap=5.0)
+    assert p.offer(F, Announce(1, D), now=0.0)
+    assert not p.offer(F, Announce(2, D), now=1.0)
+    assert p.offer(G, Announce(1, D), now=1.0)
+    p.drop(F)
+    assert p.next_due() is None and p.due(100.0) == [] and p.due(100.0, everything=True) == []
+    assert [w for w, _ in p.latest()] == [G]

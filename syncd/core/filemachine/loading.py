@@ -84,8 +84,10 @@ def judge_record(rec: FileRecord, chain: list[bytes], snap: Snapshot, records: s
     partial = snap.get(block_start(rec.size), rec.size)
     if (unchanged and len(chain) > rec.size // BLOCK
             and len(partial) == rec.size - block_start(rec.size)
-            and hashlib.sha256(partial).digest() == rec.partial):
-        return Restore(Ledger.restore(chain, rec.size, partial, records))
+            and (hashed := hashlib.sha256(partial)).digest() == rec.partial):
+        # The ledger goes on from this hasher: the partial block is hashed once.
+        return Restore(Ledger.restore(chain, rec.size, partial, records, hashed=hashed,
+                                      keep_tail=False))
     # Changed while we were away (appended, or edited): rehash before trusting anything.
     # Bytes we recorded as held count as ours even mid-line, and so do a peer's pieces
     # we were appending when we stopped (the intent), never a local writer's torn line.

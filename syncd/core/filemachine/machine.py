@@ -415,7 +415,7 @@ class FileMachine:
             case loading.Empty():
                 self._start(Ledger(self.records), None, now, wall, out)
             case loading.Restore(ledger=ledger):
-                self._start(ledger, st, now, wall, out)
+                self._start(ledger, st, now, wall, out, recorded=rec)
             case loading.RehashFile(hold=hold, intent_check=check, note_appending=note):
                 self._intent_check = check
                 if note:
@@ -429,13 +429,16 @@ class FileMachine:
         out.append(Send(Kind.POS, self._announcement(), retain=True))
 
     def _start(self, ledger: Ledger, st: Stat | None, now: float, wall: float,
-               out: list[Effect]) -> None:
-        """Loading is over: `ledger` describes the file."""
+               out: list[Effect], recorded: FileRecord | None = None) -> None:
+        """Loading is over: `ledger` describes the file. `recorded`: the record it was
+        restored from, which needs no rewrite if it says what we would write now (at a
+        restart with 1000 idle keys, 1000 identical records written by the records thread
+        held up the loads, which share its lock)."""
         self._record = None
         self.ledger = ledger
         self._adopt_stat(st)
         self.position = Position(ledger.size, ledger.digest())
-        self.record_dirty = True
+        self.record_dirty = recorded is None or not self._record_says_now(recorded)
         self._enter(Mode.FROZEN if self.frozen else Mode.LIVE)
         out.append(LogCheck(restart=False))
         if self._rebuilt and ledger.size:
@@ -474,7 +477,7 @@ class FileMachine:
         if ev.purpose == "check":
             if loading.still_vouched(ledger, fresh, snap):
                 return  # every byte we vouched for is still there
-            where = first_change(ledger.chain, ledger.tail, ledger.size, fresh.chain,
+            where = first_change(ledger.chain, ledger.known_tail, ledger.size, fresh.chain,
                                  fresh.tail, fresh.size)
             self._replace_history(fresh, snap.stat, where, ev.why, now, out)
         elif ev.purpose == "shrunk":
@@ -487,7 +490,7 @@ class FileMachine:
             self._local_reset(f"file truncated from {ledger.size} to {fresh.size} bytes", now,
                               wall, out)
         elif ev.purpose == "rewritten":
-            where = first_change(ledger.chain, ledger.tail, ledger.size, fresh.chain,
+            where = first_change(ledger.chain, ledger.known_tail, ledger.size, fresh.chain,
                                  fresh.tail, fresh.size)
             self._replace_history(fresh, snap.stat, where, ev.why, now, out)
 
@@ -1147,6 +1150,13 @@ class FileMachine:
             partial=ledger.partial_digest() if ledger else b"", freeze=self.freeze,
             diverged_peers=dict(self.diverged), note=self.note, intent=self.intent,
         )
+
+    def _record_says_now(self, recorded: FileRecord) -> bool:
+        """Whether `recorded` holds what a record written now would (its `.appending` note is
+        a file of its own, not part of what a save writes)."""
+        now = self._record_now()
+        now.appending = recorded.appending
+        return now == recorded
 
     def _persist_ready(self) -> bool:
         # Never record a size that is not durable yet: after a power loss the file would look
