@@ -12,6 +12,7 @@ a minute per peer and reason.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from typing import Any, Protocol
@@ -82,6 +83,8 @@ class FrameGate:
         self._limit_logged: dict[tuple[str, str], float] = {}  # (peer, reason) -> when
         self._listed_for: Config | None = None
         self._listed_cache: dict[str, tuple[str, Any]] = {}
+        self._names_for: dict[str, tuple[str, Any]] | None = None
+        self._names_cache: dict[str, str] = {}
 
     @property
     def _listed(self) -> dict[str, tuple[str, Any]]:
@@ -202,7 +205,10 @@ class FrameGate:
         if item.kind in RESOURCE_KINDS:
             host.resources.deliver(sender, item)
             return
-        event = peer_event(item.kind, sender, item.payload)
+        payload = item.payload
+        if isinstance(payload, frames.Announce) and payload.diverged:
+            payload = self._known_names(payload)
+        event = peer_event(item.kind, sender, payload)
         if event is None:
             return
         if item.kind in _CLAIMS:
@@ -237,6 +243,25 @@ class FrameGate:
             self.refused(sender, "peer_bytes", "queued frames")
             return
         replica.deliver_held(event, sender, size)
+
+    def _known_names(self, a: frames.Announce) -> frames.Announce:
+        """`a` with only the names of its `diverged` that this host knows (itself and the
+        hosts of [peers]), each once. Another name means nothing here, and each peer's view
+        of each file keeps the list: up to MAX_DIVERGED names of 200 characters, ~100 KiB per
+        key from a hostile peer, and as much in each announcement queued (docs/peer-limits.md).
+        """
+        known = self._names
+        kept = tuple(dict.fromkeys(known[n] for n in a.diverged if n in known))
+        return a if kept == a.diverged else dataclasses.replace(a, diverged=kept)
+
+    @property
+    def _names(self) -> dict[str, str]:
+        """The node names this host knows, each mapped to one shared string."""
+        listed = self._listed
+        if self._names_for is not listed:
+            self._names_cache = {n: n for n in [self.host.node, *(n for n, _ in listed.values())]}
+            self._names_for = listed
+        return self._names_cache
 
     def _request_cost(self, event: Event, replica: FileTask) -> int | None:
         """Bytes a peer's request makes us send or read (None: it is no request)."""

@@ -9,16 +9,25 @@ points of a run can be compared offline, grouped by traceback:
 
 SYNCD_TRACEMALLOC_FRAMES sets how many frames each traceback keeps (default 12; 0: no tracing,
 only the allocator's figures, <dir>/syncd-<pid>-<n>.heap.json, as with tracing).
+
+Each snapshot also writes <dir>/syncd-<pid>-<n>.pymalloc.txt: pymalloc's arenas (which
+mallinfo does not see), the live objects by type, and what the host's parts hold (deep sizes).
+It walks every object: about a second, and tens of MiB while it runs.
 """
 
 from __future__ import annotations
 
+import collections
+import gc
 import itertools
 import json
 import os
 import signal
+import sys
 import tracemalloc
+import types
 from pathlib import Path
+from typing import TextIO
 
 from syncd.ops import allocator
 
@@ -44,9 +53,93 @@ def install() -> Path | None:
             os.rename(str(path) + ".tmp", path)  # the reader sees only whole snapshots
         # And the allocator's view: Python objects are only part of what RSS holds.
         (folder / f"{path.stem}.heap.json").write_text(json.dumps(allocator.heap()))
+        _pymalloc_stats(folder / f"{path.stem}.pymalloc.txt")
 
     # A plain handler, not loop.add_signal_handler: a busy loop's wakeup pipe can be full, and
     # then the signal is lost. It runs in the main thread between two bytecodes: for
     # diagnosis only.
     signal.signal(signal.SIGUSR2, lambda signum, frame: snapshot())
     return folder
+
+
+def _pymalloc_stats(path: Path) -> None:
+    """pymalloc's arenas (sys._debugmallocstats, written to fd 2 by C code: redirected) and
+    the live objects by type (gc-tracked ones, and the strings, bytes and ints they hold).
+    Python's small objects live in 1 MiB arenas that mallinfo does not see."""
+    with open(path, "w") as out:
+        out.flush()
+        saved = os.dup(2)
+        try:
+            os.dup2(out.fileno(), 2)
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        objs = gc.get_objects()
+        size: collections.Counter[str] = collections.Counter()
+        count: collections.Counter[str] = collections.Counter()
+        seen = {id(o) for o in objs}
+        for o in objs:
+            name = type(o).__name__
+            size[name] += sys.getsizeof(o)
+            count[name] += 1
+            for r in gc.get_referents(o):
+                if id(r) not in seen and not gc.is_tracked(r):
+                    seen.add(id(r))
+                    name = f"({type(r).__name__})"
+                    size[name] += sys.getsizeof(r)
+                    count[name] += 1
+        hosts = [o for o in objs if type(o).__name__ == "Host"]
+        del objs, seen
+        out.write(f"\nlive objects: {sum(size.values())} bytes\n")
+        for name, n in size.most_common(40):
+            out.write(f"{n:12d} {count[name]:8d} {name}\n")
+        for host in hosts:
+            try:
+                _owners(host, out)
+            except Exception as e:  # a diagnosis must not take the daemon down
+                out.write(f"\nowners not walked: {e!r}\n")
+
+
+_OPAQUE = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType,
+           types.CodeType, types.FrameType)
+
+
+def _owners(host: object, out: TextIO) -> None:
+    """What the host's attributes hold (bytes reachable from each, each object counted once,
+    in the order of the attributes; classes, modules and functions not followed), and the
+    same for the attributes of its file tasks and resource machines, summed over all."""
+    seen = {id(host), id(vars(host)), id(getattr(host, "config", None))}
+
+    def deep(root: object) -> int:
+        total, stack = 0, [root]
+        while stack:
+            o = stack.pop()
+            if id(o) in seen or isinstance(o, _OPAQUE):
+                continue
+            seen.add(id(o))
+            total += sys.getsizeof(o)
+            stack.extend(gc.get_referents(o))
+        return total
+
+    groups: list[tuple[str, list[object]]] = [
+        ("task", list(getattr(host, "replicas", {}).values())),
+        ("machine", [t.machine for t in getattr(host, "replicas", {}).values()]),
+    ]
+    files = list(getattr(getattr(host, "resources", None), "files", {}).values())
+    groups += [("resources", files), ("resources.machine", [r.machine for r in files])]
+    for _, items in groups:
+        seen.update(id(i) for i in items)
+        seen.update(id(vars(i)) for i in items if hasattr(i, "__dict__"))
+    for label, items in groups:
+        sums: collections.Counter[str] = collections.Counter()
+        for i in items:
+            for attr in getattr(i, "__dict__", {}) or {}:
+                sums[attr] += deep(getattr(i, attr))
+        out.write(f"\n{label} ({len(items)}), attributes summed\n")
+        for attr, n in sums.most_common(15):
+            out.write(f"{n:12d} {label}.{attr}\n")
+    sums = collections.Counter({attr: deep(v) for attr, v in vars(host).items()})
+    out.write("\nhost, the rest\n")
+    for attr, n in sums.most_common(20):
+        out.write(f"{n:12d} host.{attr}\n")

@@ -357,3 +357,20 @@ def test_keys_a_peer_fills_with_unfinished_lines_hold_one_pool(
     assert peak - idle < 64 * 1024, (idle, rss, peak)
     pool = b.status()["peer_limits"]["unfinished_lines"]
     assert pool["held"] <= pool["limit"] and pool["not_held"] > 0, pool
+
+
+def test_a_position_keeps_only_the_names_of_hosts_this_host_knows(
+    broker: Broker, make_daemon: Callable[..., Daemon], x: HostilePeer
+) -> None:
+    """A position names the peers whose copies differ from the sender's: up to 1024 names of
+    200 characters, which each peer's view of each key kept (about 100 KiB per key from a
+    hostile peer, growing with the keys it makes). Only the names of hosts this host knows
+    (itself and [peers]) are kept, each once."""
+    b = make_daemon("b", broker)
+    line = b'{"id":"x","content":"from x"}\n'
+    names = ("y" * 200, "b", "not-listed", "b", "a") * 204
+    x.batch(Item(Kind.POS, Announce(len(line), _digest(line), None, 0, names), "x-key", FILE),
+            Item(Kind.LIVE, Data(0, EMPTY, line), "x-key", FILE))
+    x.flush()
+    wait_until(lambda: "x" in b.file_status("x-key").get("peers", {}), 10, "b to hear x")
+    assert b.file_status("x-key")["peers"]["x"]["diverged"] == ["b", "a"]
