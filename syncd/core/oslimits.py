@@ -19,6 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 INSTANCES_NEEDED = 1  # one inotify instance per daemon
+# Descriptors kept open on replicated files (disk/openfiles.py): half of RLIMIT_NOFILE above
+# a reserve for everything else (the broker's socket, 64 control connections, state files,
+# log checks, resource files), never fewer than KEPT_FLOOR nor more than KEPT_CEILING.
+KEPT_FLOOR = 64
+KEPT_CEILING = 32768
+NOFILE_RESERVE = 256
 SYSCTL_FILE = "/etc/sysctl.d/60-syncd.conf"
 WATCHES = "fs.inotify.max_user_watches"
 INSTANCES = "fs.inotify.max_user_instances"
@@ -30,6 +36,16 @@ class InotifyLimits:
 
     max_user_watches: int | None
     max_user_instances: int | None
+
+
+def kept_descriptors(soft_nofile: int | None) -> int:
+    """How many descriptors on replicated files may stay open, given the soft RLIMIT_NOFILE
+    (None: unlimited). The unit's LimitNOFILE=65536 keeps 32 640: a host's thousands of busy
+    files each keep theirs (reopening one per write cost an open, an fstat and a close each,
+    on both hosts); a shell's default 1024 keeps 384."""
+    if soft_nofile is None:
+        return KEPT_CEILING
+    return max(KEPT_FLOOR, min(KEPT_CEILING, (soft_nofile - NOFILE_RESERVE) // 2))
 
 
 def suggested(need: int, floor: int = 8192) -> int:

@@ -174,11 +174,13 @@ class IncrementalVerifier:
             start = self._fed
             stop = min(end, start + STEP)
             # A live file's few new bytes are in the page cache: reading them here costs less
-            # than the hop to a thread; a backlog is read in a thread, a STEP at a time.
+            # than the hop to a thread; a backlog is read in a thread, a STEP at a time. Both
+            # through the descriptor the file task read or appended them through, when open
+            # (logfile.read_known: the inode the machine follows, no reopen per write).
             if stop - start <= INLINE_READ:
-                data = logfile.read_range(self.path, start, stop)
+                data = logfile.read_known(self.path, start, stop)
             else:
-                data = await asyncio.to_thread(logfile.read_range, self.path, start, stop)
+                data = await asyncio.to_thread(logfile.read_known, self.path, start, stop)
             if not data:
                 break
             # Parse on the event loop, a slice at a time, yielding in between: parsed in a

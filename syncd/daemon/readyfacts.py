@@ -34,6 +34,9 @@ class FactsHost(Protocol):
         ...
 
 
+_PEER_EVENTS = (PeerPos, PeerData)  # a tuple: `PeerPos | PeerData` made a union per call
+
+
 class Unhandled:
     """Positions and bytes of each peer delivered to the file and not handled yet, and since
     when: until they are, what the machine knows of that peer is older than what arrived."""
@@ -43,17 +46,22 @@ class Unhandled:
         self.since: dict[str, float] = {}
 
     def arrived(self, event: Event, now: float | None = None) -> None:
-        if isinstance(event, PeerPos | PeerData):
-            if not self.count[event.peer]:
-                self.since[event.peer] = time.time() if now is None else now
-            self.count[event.peer] += 1
+        if isinstance(event, _PEER_EVENTS):
+            peer = event.peer
+            count = self.count.get(peer, 0)
+            if not count:
+                self.since[peer] = time.time() if now is None else now
+            self.count[peer] = count + 1
 
     def handled(self, event: Event) -> None:
-        if isinstance(event, PeerPos | PeerData) and self.count[event.peer] > 0:
-            self.count[event.peer] -= 1
-            if not self.count[event.peer]:
-                del self.count[event.peer]
-                self.since.pop(event.peer, None)
+        if isinstance(event, _PEER_EVENTS):
+            peer = event.peer
+            count = self.count.get(peer, 0)
+            if count > 1:
+                self.count[peer] = count - 1
+            elif count == 1:
+                del self.count[peer]
+                self.since.pop(peer, None)
 
     def unconfirmed(self, online: Mapping[str, bool], doubted: set[str]) -> list[Unconfirmed]:
         """Online peers not `doubted` already that have events waiting here."""

@@ -1,8 +1,8 @@
 """Blocking file I/O on one local copy. Small functions; the replica decides when to call them.
 
 Files are opened per operation, except that the descriptors of the last reads and appends
-below the roots stay open (openfiles.py: at most a few dozen, and each used again only where
-the name still means its inode). Every open goes through
+below the roots stay open (openfiles.py: as many as RLIMIT_NOFILE allows, and each used again
+only where the name still means its inode). Every open goes through
 `open_file`: a file below a runtimes root is a Spot, reached from its root one directory at a
 time with no symbolic link followed (tree.py), and only a regular file is accepted, so a copy
 replaced by a link to a secret elsewhere, or by a FIFO, or reached through a directory swapped
@@ -91,6 +91,26 @@ def read_range(path: Where, start: int, end: int) -> bytes:
         return b""
     with _Reader(path) as fd:
         return os.pread(fd, end - start, start)
+
+
+def read_known(path: Where, start: int, end: int) -> bytes:
+    """Bytes [start, end) that syncd already read or appended (the log check's reads of a
+    live file), through the descriptor they were last read or appended through when it is
+    still open (openfiles.py): the inode those bytes are in, whatever the name means now,
+    as for a sync. Else opened by name, as read_range. (Reopening per write was an openat2
+    walk, an fstat, two fcntl and a close for every write of every busy file, on both
+    hosts.)"""
+    if end <= start:
+        return b""
+    held = OPEN.take_any(path) if isinstance(path, Spot) else None
+    if held is not None:
+        with OPEN.using(held) as fd:
+            try:
+                return os.pread(fd, end - start, start)
+            except OSError as e:
+                if e.errno != errno.EBADF:  # EBADF: a write-only descriptor (opened so
+                    raise  # before appends were opened read-write): read by name
+    return read_range(path, start, end)
 
 
 def last_line_end(path: Where, start: int, end: int) -> int:
@@ -200,7 +220,8 @@ def append_at(path: Where, offset: int, data: bytes, inode: tuple[int, int] | No
                 raise
             finally:
                 OPEN.give_back(held)
-    flags = os.O_WRONLY | os.O_APPEND
+    # Read-write: the log check reads the appended bytes back through it (read_known).
+    flags = os.O_RDWR | os.O_APPEND
     if inode is None:
         flags |= os.O_CREAT | os.O_EXCL
     try:

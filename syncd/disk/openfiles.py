@@ -3,8 +3,11 @@
 A look at a file used to cost three safe opens (tree.py: the top, an openat2 below it, an
 fstat, two fcntl calls and a close each): one for the stat, one for the read, one for the
 fdatasync, and a standby's append one more. Here the descriptors of the read and of the
-append stay open, at most LIMIT of them (a host may carry thousands of files), the least
-recently used closed first.
+append stay open, the least recently used closed first past a limit sized from the process's
+RLIMIT_NOFILE (core/oslimits.kept_descriptors: 32 640 under the unit's LimitNOFILE=65536, 384
+under a shell's 1024), so that a host's thousands of busy files each keep theirs. (A fixed 64
+made every write of 1000 busy keys reopen its file on both hosts: open, fstat, fcntl, close,
+and the eviction's close.)
 
 What keeps the attacker model (tree.py) intact: a descriptor enters only from a safe open
 (tree.open_file), so it names an inode that was a regular file below its root, reached
@@ -19,6 +22,9 @@ through no symbolic link. It is used again only where the name still means that 
 - an fdatasync uses the descriptor the bytes were last read or appended through: the inode
   whose bytes were shipped or written, whatever the name means now (a name reopened then
   could be another file, and those bytes would go unsynced).
+- the log check's reads of those bytes (logfile.read_known) likewise: it checks the bytes of
+  the inode the machine shipped or wrote, not of whatever file the name means by then (the
+  machine's next stat notices a replacement, and the check starts over on the new file).
 
 Thread-safe: syncs run on groupsync's threads. A descriptor in use is closed only once its
 last user gives it back.
@@ -27,15 +33,24 @@ last user gives it back.
 from __future__ import annotations
 
 import os
+import resource
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from syncd.core.oslimits import kept_descriptors
 from syncd.core.spot import Spot
 
-LIMIT = 64  # descriptors kept at most (reads and appends together)
+
+def _limit() -> int:
+    """Descriptors kept at most (reads and appends together), from RLIMIT_NOFILE."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return kept_descriptors(None if soft == resource.RLIM_INFINITY else soft)
+
+
+LIMIT = _limit()
 READ, APPEND = "read", "append"
 
 
@@ -49,8 +64,9 @@ class Held:
 
 
 class OpenFiles:
-    def __init__(self, limit: int = LIMIT) -> None:
-        self.limit = limit
+    def __init__(self, limit: int | None = None) -> None:
+        """`limit`: None sizes it from RLIMIT_NOFILE now."""
+        self.limit = _limit() if limit is None else limit
         self._lock = threading.Lock()
         self._held: OrderedDict[tuple[Spot, str], Held] = OrderedDict()
 
@@ -156,4 +172,4 @@ class OpenFiles:
             os.close(h.fd)
 
 
-OPEN = OpenFiles()  # the process's table (logfile.py uses it for every Spot)
+OPEN = OpenFiles(LIMIT)  # the process's table (logfile.py uses it for every Spot)

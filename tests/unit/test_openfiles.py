@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import os
+import resource
 from pathlib import Path
 
 import pytest
 
 from syncd.core.errors import FileReplaced
+from syncd.core.oslimits import KEPT_CEILING, KEPT_FLOOR, kept_descriptors
 from syncd.core.spot import Spot
 from syncd.disk import logfile
-from syncd.disk.openfiles import OPEN, READ, OpenFiles
+from syncd.disk.openfiles import APPEND, OPEN, READ, OpenFiles
 from syncd.disk.tree import NotRegularFile
 
 
@@ -106,5 +108,89 @@ def test_at_most_limit_descriptors_and_none_closed_while_in_use(tmp_path: Path) 
     files.close_all()
 
 
-def test_the_process_table_is_bounded() -> None:
-    assert 0 < OPEN.limit <= 256
+def test_the_process_table_is_bounded_by_the_open_file_limit() -> None:
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    assert OPEN.limit == kept_descriptors(None if soft == resource.RLIM_INFINITY else soft)
+    assert 0 < OPEN.limit <= KEPT_CEILING
+
+
+def test_kept_descriptors_leave_room_for_everything_else() -> None:
+    assert kept_descriptors(1024) == 384  # a shell's default: busy files still keep theirs
+    assert kept_descriptors(65536) == 32640  # the unit's LimitNOFILE
+    assert kept_descriptors(300) == KEPT_FLOOR  # a tiny limit: the old fixed table
+    assert kept_descriptors(None) == KEPT_CEILING  # unlimited
+    for soft in (300, 1024, 4096, 20000, 65536, 1 << 20):
+        assert kept_descriptors(soft) <= max(KEPT_FLOOR, soft // 2)
+
+
+def test_a_limit_is_read_from_rlimit_nofile_when_none_is_given() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(2048, soft), hard))
+    try:
+        assert OpenFiles().limit == kept_descriptors(min(2048, soft))
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_thousands_of_files_keep_their_descriptors(tmp_path: Path) -> None:
+    """1000 busy files, each read then read again after a stat: no file is reopened (the
+    table holds them all), and each reuse still needs its stat (the #23 rule)."""
+    files = OpenFiles(limit=kept_descriptors(4096))
+    spots = []
+    for i in range(1000):
+        (tmp_path / f"f{i}").write_bytes(b"x")
+        spots.append(Spot(tmp_path, (f"f{i}",)))
+    for i, spot in enumerate(spots):
+        fd = os.open(tmp_path / f"f{i}", os.O_RDONLY)
+        st = os.fstat(fd)
+        files.give_back(files.keep(spot, READ, fd, (st.st_dev, st.st_ino)))
+    assert len(files) == 1000
+    for i, spot in enumerate(spots):
+        assert files.take_read(spot) is None  # not vouched for since its last use
+        st = os.stat(tmp_path / f"f{i}")
+        files.vouch(spot, (st.st_dev, st.st_ino))
+        held = files.take_read(spot)
+        assert held is not None
+        files.give_back(held)
+    files.close_all()
+
+
+def test_the_log_check_reads_back_through_the_descriptor_the_bytes_came_through(
+        tmp_path: Path) -> None:
+    """read_known (the log check's reads) uses the descriptor of the last read or append,
+    not the name: the bytes of the inode the machine shipped or wrote, even once the name
+    means another file (the machine's next stat notices that, and the check starts over)."""
+    spot, path = spot_in(tmp_path)
+    assert look(spot) == b"a\n"
+    new = path.with_name("new")
+    new.write_bytes(b"b\n")
+    new.rename(path)
+    assert logfile.read_known(spot, 0, 2) == b"a\n"  # the inode looked at
+    assert logfile.read_range(spot, 0, 2) == b"b\n"  # by name: the new file
+    logfile.stat(spot)  # the stat finds the new inode: the old descriptor is let go
+    assert logfile.read_known(spot, 0, 2) == b"b\n"
+
+
+def test_an_append_descriptor_is_read_back_through(tmp_path: Path) -> None:
+    spot, path = spot_in(tmp_path)
+    st = logfile.stat(spot)
+    assert st is not None
+    logfile.append_at(spot, st.size, b"b\n", st.inode)  # a standby's append: kept, readable
+    os.rename(path, path.with_name("moved"))
+    assert logfile.read_known(spot, 2, 4) == b"b\n"
+
+
+def test_without_a_descriptor_the_log_check_reads_by_name(tmp_path: Path) -> None:
+    spot, _ = spot_in(tmp_path)
+    OPEN.forget(spot)
+    assert logfile.read_known(spot, 0, 2) == b"a\n"
+    assert logfile.read_known(spot, 2, 2) == b""
+
+
+def test_a_write_only_descriptor_is_not_read_from(tmp_path: Path) -> None:
+    spot, path = spot_in(tmp_path)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    st = os.fstat(fd)
+    OPEN.give_back(OPEN.keep(spot, APPEND, fd, (st.st_dev, st.st_ino)))
+    assert logfile.read_known(spot, 0, 2) == b"a\n"  # EBADF on it: read by name instead
+    OPEN.forget(spot)
