@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,7 @@ def stream(socket_path: Path, cmd: str, timeout: float = 10.0,
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
             s.settimeout(timeout)
-            s.connect(str(socket_path))
+            _connect(s, str(socket_path), timeout)
             s.sendall(orjson.dumps({"cmd": cmd, **args}) + b"\n")
             buf = b""
             while chunk := s.recv(1 << 16):
@@ -50,7 +51,7 @@ def stream(socket_path: Path, cmd: str, timeout: float = 10.0,
     except ConnectionRefusedError:
         raise Unreachable(f"syncd is not running (stale control socket at {socket_path})"
                           ) from None
-    except TimeoutError:
+    except (TimeoutError, BlockingIOError):
         raise Unreachable(f"syncd at {socket_path} did not answer within {timeout:g}s"
                           ) from None
     except PermissionError:
@@ -70,3 +71,20 @@ def _parse(line: bytes) -> dict[str, Any]:
     if "progress" not in reply and not reply.get("ok"):
         raise ControlError(str(reply.get("error")))
     return reply
+
+
+def _connect(s: socket.socket, path: str, timeout: float) -> None:
+    """Connect, waiting while the daemon's listen backlog is full: a Unix socket with a
+    timeout fails at once with EAGAIN then (the kernel does not wait), and under a storm of
+    other clients `status --ready` must wait its turn, not fail."""
+    deadline = time.monotonic() + timeout
+    pause = 0.001
+    while True:
+        try:
+            s.connect(path)
+            return
+        except BlockingIOError:
+            if time.monotonic() + pause >= deadline:
+                raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
