@@ -17,6 +17,7 @@ tests/fixtures/ready/).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import sys
 import time
@@ -199,6 +200,24 @@ REGRESSIONS: list[tuple[str, tuple[str, int] | None]] = [
     # 17): READY yes before the images check.
     ("deleted_images_record.jsonl", ("missing_images_record", 17)),
 ]
+
+
+def test_a_check_stopped_inside_a_line_is_behind_not_torn() -> None:
+    """The checks stop at a STEP's end or pause while the file catches up, inside a line:
+    while bytes past that point are not checked yet, the unfinished line is no torn tail
+    (READY flickered to "no" for a whole copy, tests/daemon/test_ready_histories.py)."""
+    data = b"".join(f'{{"type":"message","id":"m{n}","n":{n}}}\n'.encode() for n in range(9))
+    stop = len(data) - 7  # inside the last line
+    checker = LogChecker()
+    checker.feed(data[:stop])
+    report = checker.report()
+    assert "torn_tail" in report.problem_counts
+    verdict = decide(dataclasses.replace(in_sync(report, len(data)), checked=stop))
+    assert verdict.ready, verdict.not_ready
+    assert any("log check running" in n for n in verdict.notes), verdict.notes
+    # Where the copy ends inside that line, it is torn: not ready, and said so.
+    torn = decide(in_sync(report, stop))
+    assert not torn.ready and any("torn_tail 1" in w for w in torn.not_ready), torn.not_ready
 
 
 @pytest.mark.parametrize(("name", "damage"), REGRESSIONS)
