@@ -51,6 +51,7 @@ from syncd.core.events import (
     LookAgain,
     NoteAppending,
     PeerForgotten,
+    PeerRequest,
     Persist,
     Reassess,
     Reconnected,
@@ -78,6 +79,7 @@ from syncd.core.readiness import MISSING_SHOWN, decide
 from syncd.core.records import Stat
 from syncd.core.spot import Spot
 from syncd.daemon import logoutput, readyfacts
+from syncd.daemon.answers import Answers
 from syncd.daemon.logchecks import LogChecks
 from syncd.daemon.readyfacts import FactsHost, Unhandled
 from syncd.disk import logfile, tree
@@ -113,6 +115,7 @@ class HostServices(FactsHost, Protocol):
     state_dir: Path
     presence: dict[str, bool]
     holdings: Holdings  # what peers' queued events hold here (docs/peer-limits.md)
+    answers: Answers  # peers' requests waiting while their answers are in flight
     # The files with work waiting or under way: each file adds and removes itself.
     busy_files: set[FileTask]
 
@@ -140,6 +143,8 @@ class HostServices(FactsHost, Protocol):
     def durable(self, key: str, file: str, size: int) -> None: ...
 
     def note_unsafe(self, path: str, kind: str, reason: str) -> None: ...
+
+    def refused(self, peer: str, reason: str, what: str, n: int = 1) -> None: ...
 
     def flush(self) -> None:
         """Send every item queued so far now, not at the end of this loop turn."""
@@ -226,6 +231,15 @@ class FileTask:
         back when the event leaves the queue (handled, or the replica stopped)."""
         self._held[id(event)] = (peer, size)
         self.deliver(event)
+
+    def _answer_waits(self, event: PeerRequest) -> bool:
+        """Whether a peer's request for bytes waits (or is dropped) while what we answered
+        that peer is still in flight (daemon/answers.py)."""
+        waits = self.host.answers.wait(event.peer, self, event)
+        if waits is None:
+            self.host.refused(event.peer, "peer_bytes", "requests waiting for answers")
+            return True
+        return waits
 
     def _release(self, event: Event) -> None:
         held = self._held.pop(id(event), None)
@@ -362,6 +376,8 @@ class FileTask:
                 event = self._inbox.popleft()
                 if self._held:
                     self._release(event)
+                if isinstance(event, PeerRequest) and self._answer_waits(event):
+                    continue
             try:
                 await self._handle(event)
             finally:

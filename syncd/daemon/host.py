@@ -42,6 +42,7 @@ from syncd.core.roots import MAX_DEPTH, KeyPathError
 from syncd.core.telemetry import Telemetry
 from syncd.core.unsafe import UnsafePaths
 from syncd.daemon import hoststatus, reload
+from syncd.daemon.answers import Answers
 from syncd.daemon.filetask import FileTask
 from syncd.daemon.freespace import FreeSpace
 from syncd.daemon.gate import FrameGate
@@ -111,6 +112,9 @@ class Host:
         self.link = Link(config, self.gate.on_message, self._on_connected,
                          self.outbound.seal_presence, self._subscriptions)
         self.outbound.link = self.link
+        # Peers' requests for bytes wait while their answers are in flight (answers.py).
+        self.answers = Answers(self.link.queued_to, self.outbound.flush, self.holdings)
+        self.link.on_acked = self.answers.acked
         self.watcher = Watcher(config.roots.watch_dirs(), self.sweeper.hint,
                                self.sweeper.overflow, max_depth=watch_depth(config))
         self.sweeper.watcher = self.watcher
@@ -208,6 +212,9 @@ class Host:
 
     def refused(self, peer: str, reason: str, what: str, n: int = 1) -> None:
         self.gate.refused(peer, reason, what, n)
+
+    async def answer_room(self, peer: str) -> None:
+        await self.answers.room(peer)
 
     def asked_by(self, peer: str) -> None:
         self.outbound.asked_by(peer)

@@ -146,7 +146,7 @@ class Outbound:
                     self._beat_every = BEAT_INTERVAL
                     self._pace.set()
         self._link().publish(topic, self.seal(topic, items, to=to, lane=lane),
-                             qos=1 if to else 0)
+                             qos=1 if to else 0, to=to)
 
     def seal(self, topic: str, items: tuple[frames.Item, ...], to: str = "",
              conn: int | None = None, lane: int = 0, signed: bool = False) -> bytes:

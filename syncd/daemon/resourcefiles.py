@@ -90,6 +90,10 @@ class ResourceHost(Protocol):
         """An entry refused below an instance (links, devices, unreadable directories):
         counted, logged once, shown in status."""
 
+    async def answer_room(self, peer: str) -> None:
+        """Return once what we answered `peer` and is not acknowledged yet is under the
+        bound (daemon/answers.py)."""
+
 
 def temp_name(name: str) -> str:
     return f".{name}{TEMP_SUFFIX}"
@@ -634,6 +638,7 @@ class ResourceFiles:
         the descriptor before and after each read."""
         chunk = self.machine.chunk_bytes
         at, end = e.offset, e.offset + e.length
+        await self.host.answer_room(e.peer)  # nothing read while its answers are in flight
         try:
             fd = await asyncio.to_thread(self._open_served, e.name, hashed_at)
         except OSError as err:
@@ -646,6 +651,8 @@ class ResourceFiles:
             return
         try:
             while at < end:
+                if at > e.offset:
+                    await self.host.answer_room(e.peer)
                 data = await asyncio.to_thread(_read_unchanged, fd, at, min(end, at + chunk),
                                                hashed_at)
                 if data is None:

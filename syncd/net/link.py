@@ -113,7 +113,10 @@ class Session:
         self._on_message = on_message
         self._max_queued = max_queued
         self.queued = 0  # bytes handed to paho and not yet acknowledged by the broker
-        self._sizes: dict[int, int] = {}  # mid -> bytes, until the PUBACK
+        self._sizes: dict[int, tuple[int, str]] = {}  # mid -> bytes and addressee, until PUBACK
+        # Of `queued`, the bytes of frames addressed to one peer (answers: daemon/answers.py).
+        self.queued_to: dict[str, int] = {}
+        self.on_acked: Callable[[str], None] = _ignore  # an addressee's frame was acknowledged
         self._heads: dict[str, bytes] = {}  # topic -> its length and bytes (_write_now)
         self.dropped = 0  # publishes refused because the queue was full
         self._connected: asyncio.Future[None] = self._loop.create_future()
@@ -213,7 +216,7 @@ class Session:
         self._pump()
         await self._wait(done, within, f"no PUBACK for {topic}")
 
-    def publish(self, topic: str, payload: bytes, retain: bool, qos: int) -> bool:
+    def publish(self, topic: str, payload: bytes, retain: bool, qos: int, to: str = "") -> bool:
         size = len(payload)
         if self.queued + size > self._max_queued and self.queued:
             self.dropped += 1
@@ -225,8 +228,10 @@ class Session:
             log.debug("publish to %s dropped: %s", topic, paho.error_string(info.rc))
             return False
         if not info.is_published():
-            self._sizes[info.mid] = size
+            self._sizes[info.mid] = (size, to)
             self.queued += size
+            if to:
+                self.queued_to[to] = self.queued_to.get(to, 0) + size
         self._pump()
         return True
 
@@ -378,10 +383,18 @@ class Session:
             fut.set_result(codes)
 
     def _puback(self, _c: Any, _u: Any, mid: int, _rc: Any, _p: Any) -> None:
-        self.queued -= self._sizes.pop(mid, 0)
+        size, to = self._sizes.pop(mid, (0, ""))
+        self.queued -= size
         fut = self._acked.pop(mid, None)
         if fut is not None and not fut.done():
             fut.set_result(None)
+        if to:
+            left = self.queued_to[to] - size
+            if left > 0:
+                self.queued_to[to] = left
+            else:
+                del self.queued_to[to]
+            self.on_acked(to)
 
 
 class Link:
@@ -398,6 +411,8 @@ class Link:
         self._subscribed: list[str] = []  # those of the current session
         self._seal = seal  # (topic, online, connection number) -> signed presence frame
         self._on_message = on_message
+        # A frame addressed to a peer was acknowledged, or its session ended (answers.py).
+        self.on_acked: Callable[[str], None] = _ignore
         self._on_connected = on_connected
         self._session: Session | None = None
         self.connected = asyncio.Event()
@@ -428,6 +443,13 @@ class Link:
         """Bytes published and not yet acknowledged by the broker."""
         return self._session.queued if self._session is not None else 0
 
+    def queued_to(self, peer: str) -> int:
+        """Of those, the bytes of frames addressed to `peer`."""
+        return self._session.queued_to.get(peer, 0) if self._session is not None else 0
+
+    def _acked_to(self, peer: str) -> None:
+        self.on_acked(peer)
+
     @property
     def dropped(self) -> int:
         """Publishes dropped because max_queued_bytes were waiting, since start."""
@@ -445,6 +467,7 @@ class Link:
             # connection's online presence, and nothing later (core/freshness.py).
             will = (self._presence_topic, self._seal(self._presence_topic, False, conn))
             session = Session(self._config, broker, will, self._handle, m.max_queued_bytes)
+            session.on_acked = self._acked_to
             self._held = []
             try:
                 await session.open()
@@ -485,6 +508,8 @@ class Link:
             self._session = None
             self._dropped += session.dropped
         session.abort()
+        for peer in list(session.queued_to):
+            self.on_acked(peer)  # nothing of that session is held any more
 
     def _connected_to(self, broker: Broker, attempts: int) -> None:
         self._rotation.connected()
@@ -561,18 +586,19 @@ class Link:
             log.warning("subscribing to the peers a reload added failed (%s); reconnecting", e)
             session.abort()
 
-    def publish(self, topic: str, payload: bytes, retain: bool = False, qos: int = 1) -> bool:
+    def publish(self, topic: str, payload: bytes, retain: bool = False, qos: int = 1,
+                to: str = "") -> bool:
         """Hand a publish to the connection, in call order, without waiting for it.
 
         We never wait for a PUBACK: nothing depends on one message arriving (anti-entropy
         repairs losses). paho keeps QoS 1 in order and queues past its in-flight window; the
         session refuses more than max_queued_bytes unacknowledged (a slow broker must not
-        grow our memory without limit).
+        grow our memory without limit). `to`: the peer it is addressed to (queued_to).
         """
         session = self._session
         if session is None or not self.connected.is_set():
             return False
-        return session.publish(topic, payload, retain, qos)
+        return session.publish(topic, payload, retain, qos, to)
 
     async def close(self) -> None:
         """Say goodbye cleanly (presence offline, retained) if connected."""
@@ -614,6 +640,10 @@ def _unread(sock: Any) -> int:
     except (OSError, ValueError):
         return 0
     return buf[0]
+
+
+def _ignore(_peer: str) -> None:
+    pass
 
 
 def _nothing() -> int:

@@ -36,6 +36,9 @@ class Host:
     def note_unsafe(self, path: str, kind: str, reason: str) -> None:
         self.unsafe.append((path, kind))
 
+    async def answer_room(self, peer: str) -> None:
+        pass
+
     def sent(self, kind: Kind) -> list[Any]:
         return [p for what, (k, p, _) in ((w, x) for w, x in self.trail if w == "send")
                 if k is kind]
