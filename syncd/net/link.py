@@ -47,6 +47,7 @@ from syncd.core import frames
 from syncd.core.brokers import Broker, Rotation
 from syncd.core.errors import SyncdError
 from syncd.net import tls
+from syncd.net.pahoio import MAX_PACKET, BufferedClient, qos0_publish
 
 log = logging.getLogger("syncd.link")
 
@@ -55,10 +56,7 @@ SUBSCRIBE_TIMEOUT = 10.0
 # Delayed ACKs of ours meet Nagle on a broker without set_tcp_nodelay: its next small message
 # waits for our ACK, up to 40 ms. Linux forgets TCP_QUICKACK, so it is set after every read.
 _QUICKACK = getattr(socket, "TCP_QUICKACK", None)
-# Bytes one recv(2) takes at most (below glibc's mmap threshold: no mmap per read).
-READ_CHUNK = 64 << 10
 TOPIC_HEADS = 1024  # topics whose encoded form is kept (cleared past that)
-MAX_PACKET = 268_435_455  # MQTT's largest remaining length
 READS_PER_WAKE = 64  # MQTT packets read per wake-up at most: a burst costs one loop turn
 # Seconds of handling per wake-up at most: a peer's burst of heavy frames (manifests of
 # thousands of entries cost 0.2-0.5 s each) must let the loop turn, or nothing else runs.
@@ -67,38 +65,6 @@ READ_BUDGET = 0.05
 
 class LinkError(SyncdError):
     """The connection could not be made or was lost: the reason, as the log shows it."""
-
-
-class _Client(paho.Client):
-    """paho's client, reading its socket through a buffer of READ_CHUNK bytes.
-
-    paho reads a packet in three or more recv(2) calls (its first byte, the length a byte at
-    a time, the rest): at 500 frames a second that was most of a standby's system calls.
-    Here one recv takes what the socket holds, up to READ_CHUNK, and paho's reads are served
-    from it; a read of READ_CHUNK or more with nothing buffered goes to the socket as before
-    (a catch-up's large pieces are not copied twice). Errors (BlockingIOError, SSL's
-    want-read) come from the socket's recv as before."""
-
-    _rbuf = b""
-    _rat = 0
-
-    def _sock_recv(self, bufsize: int) -> bytes:
-        at, buf = self._rat, self._rbuf
-        if at < len(buf):
-            out = buf[at : at + bufsize]
-            self._rat = at + len(out)
-            return out
-        if bufsize >= READ_CHUNK:
-            return super()._sock_recv(bufsize)
-        data = super()._sock_recv(READ_CHUNK)
-        if len(data) <= bufsize:
-            return data
-        self._rbuf, self._rat = data, bufsize
-        return data[:bufsize]
-
-    def buffered(self) -> int:
-        """Bytes read from the socket that paho has not taken yet."""
-        return len(self._rbuf) - self._rat
 
 
 class Session:
@@ -128,7 +94,7 @@ class Session:
         self._reading = False  # inside paho's loop_read (and so inside its callbacks)
         self._abandoned = False  # open() gave up while the thread was still connecting
         self._misc: asyncio.TimerHandle | None = None
-        c = _Client(CallbackAPIVersion.VERSION2, client_id=config.client_id,
+        c = BufferedClient(CallbackAPIVersion.VERSION2, client_id=config.client_id,
                         protocol=paho.MQTTv311, clean_session=True, reconnect_on_failure=False)
         mqtt_log = logging.getLogger("syncd.mqtt")
         if mqtt_log.isEnabledFor(logging.DEBUG):
@@ -609,18 +575,6 @@ class Link:
                     self._presence_topic,
                     self._seal(self._presence_topic, False, self.conn), within=2)
             session.close()
-
-
-def qos0_publish(head: bytes, payload: bytes, retain: bool) -> bytes:
-    """An MQTT 3.1.1 PUBLISH at QoS 0: `head` is the topic's length (2 bytes) and bytes."""
-    size = len(head) + len(payload)
-    fixed = bytearray((0x31 if retain else 0x30,))
-    while True:  # the remaining length, 7 bits a byte, lowest first
-        byte, size = size & 0x7F, size >> 7
-        fixed.append(byte | 0x80 if size else byte)
-        if not size:
-            break
-    return b"".join((fixed, head, payload))
 
 
 def _check_granted(topic: str, granted: tuple[int, ...] | list[ReasonCode]) -> None:

@@ -1,4 +1,4 @@
-"""The QoS 0 PUBLISH the link writes itself (net/link.py, qos0_publish) is paho's, byte for
+"""The QoS 0 PUBLISH the link writes itself (net/pahoio.py, qos0_publish) is paho's, byte for
 byte, at every length of the remaining-length field."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import paho.mqtt.client as paho
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
-from syncd.net.link import qos0_publish
+from syncd.net.pahoio import qos0_publish
 
 
 def _paho_packet(topic: bytes, payload: bytes, retain: bool) -> bytes:
