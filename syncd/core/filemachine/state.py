@@ -9,11 +9,23 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from syncd.core.events import Appended, Drained, Effect, ReadPlan, Snapshot, Synced, Tick
+from syncd.core.events import (
+    Appended,
+    Drained,
+    Effect,
+    ReadPlan,
+    Snapshot,
+    Synced,
+    SyncedAhead,
+    Tick,
+)
 from syncd.core.ledger import Position
 from syncd.core.reconcile import PeerState
 
 ANNOUNCE_GAP = 0.5  # seconds between two position announcements of one file
+# More of a peer's bytes unsynced than this are synced while appends go on (a catch-up); a
+# live frame's few are synced before the next (its sync is often waited for on the loop).
+AHEAD_SYNC_BYTES = 64 * 1024
 PAUSE_RETRY = 2.0  # seconds before a paused file tries to write again
 RELOAD_RETRY = 5.0  # seconds before an unreadable file is tried again
 SETTLE = 0.2  # a file that shrank must hold still this long before it is judged
@@ -27,7 +39,7 @@ OWN_REMOVAL_WINDOW = 5.0  # a deletion hint this soon after we archived is our o
 
 STAT_ONLY = ReadPlan(stat=True)
 # Events no case of `reads_for` matches (every replicated write has some): answered at once.
-NO_READS_EVENTS: frozenset[type] = frozenset({Appended, Drained, Synced, Tick})
+NO_READS_EVENTS: frozenset[type] = frozenset({Appended, Drained, Synced, SyncedAhead, Tick})
 
 
 class Mode(Enum):
