@@ -66,7 +66,6 @@ from syncd.core.filemachine import adoption, loading, localfile, peers, serving
 from syncd.core.filemachine.localfile import HoldBack
 from syncd.core.filemachine.locating import Locator, with_line
 from syncd.core.filemachine.state import (
-    AHEAD_SYNC_BYTES,
     ANNOUNCE_GAP,
     LOOK_RETRY_MAX,
     LOOK_RETRY_MIN,
@@ -906,7 +905,7 @@ class FileMachine:
         ledger = self.ledger
         if self.ahead is not None:
             return
-        if ledger is None or self.unsynced <= AHEAD_SYNC_BYTES:
+        if ledger is None or self.unsynced <= self.tuning.ahead_sync_bytes:
             out.append(Sync(local=False))
             return
         self._ahead_number += 1

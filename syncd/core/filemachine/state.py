@@ -23,9 +23,6 @@ from syncd.core.ledger import Position
 from syncd.core.reconcile import PeerState
 
 ANNOUNCE_GAP = 0.5  # seconds between two position announcements of one file
-# More of a peer's bytes unsynced than this are synced while appends go on (a catch-up); a
-# live frame's few are synced before the next (its sync is often waited for on the loop).
-AHEAD_SYNC_BYTES = 64 * 1024
 PAUSE_RETRY = 2.0  # seconds before a paused file tries to write again
 RELOAD_RETRY = 5.0  # seconds before an unreadable file is tried again
 SETTLE = 0.2  # a file that shrank must hold still this long before it is judged
@@ -66,6 +63,10 @@ TRANSITIONS: dict[Mode, frozenset[Mode]] = {
 class Tuning:
     chunk_bytes: int = 256 * 1024
     fetch_window: int = 4 * 1024 * 1024
+    # More of a peer's bytes unsynced than this are synced while appends go on (a catch-up);
+    # a live frame's few are synced before the next (such a sync is often waited for on the
+    # loop, which costs less than a sync thread's answer through it).
+    ahead_sync_bytes: int = 64 * 1024
     request_timeout: float = 3.0
     persist_interval: float = 5.0
     # Positions are retained, but a subscriber whose queue overflowed misses one for good
