@@ -465,8 +465,10 @@ class World:
     # A power cut while syncd is down loses what was unsynced too (the writer's bytes, the
     # notes); False: it is a no-op, as when seed 7027257 was found (its replay needs that).
     cut_while_down = True
-    # Half the worlds sync a peer's bytes while appends go on (Sync ahead: a catch-up's),
-    # drawn apart so that the other worlds replay as before; False: none does.
+    # Half the worlds catch up as syncd does, pipelined: they ask for the next window as the
+    # current one is appended, and sync a peer's bytes while appends go on (Sync ahead); the
+    # others ask only once bytes are durable and answer every sync before the next event (as
+    # before: drawn apart, so that they replay as they did). False: none is pipelined.
     syncs_ahead = True
 
     def __init__(self, seed: int, hosts: int, steps: int, faults: bool = True,
@@ -491,7 +493,8 @@ class World:
         self.tuning = Tuning(chunk_bytes=self.rng.choice([40, 64, 4096]), fetch_window=256,
                              request_timeout=1.0, persist_interval=2.0, reannounce=4.0)
         self.ahead_rng = random.Random(seed ^ 0xA4EAD)
-        if self.syncs_ahead and self.ahead_rng.random() < 0.5:
+        self.tuning.ask_ahead = self.syncs_ahead and self.ahead_rng.random() < 0.5
+        if self.tuning.ask_ahead:
             self.tuning.ahead_sync_bytes = self.ahead_rng.choice([0, 40, 200])
         names = [chr(ord("a") + i) for i in range(hosts)]
         self.hosts = {n: SimHost(n, self) for n in names}

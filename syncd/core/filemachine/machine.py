@@ -892,8 +892,11 @@ class FileMachine:
         view = self.peers.get(ev.peer)
         if view is not None:
             peers.took_from(view, ledger.size, ledger.digest(), wall)
-        if self.fetch is not None and self.fetch.peer == ev.peer:
-            self.fetch.deadline = now + self.tuning.request_timeout
+        f = self.fetch
+        if f is not None and f.peer == ev.peer:
+            f.deadline = now + self.tuning.request_timeout
+            if self.tuning.ask_ahead and f.upto - ledger.size < self.tuning.fetch_window // 2:
+                self._maybe_fetch(now, out)
         if self.unsynced >= self.tuning.fetch_window:
             self._sync_appended(out)
 

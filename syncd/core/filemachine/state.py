@@ -67,6 +67,10 @@ class Tuning:
     # a live frame's few are synced before the next (such a sync is often waited for on the
     # loop, which costs less than a sync thread's answer through it).
     ahead_sync_bytes: int = 64 * 1024
+    # Ask for the next fetch window once less than half of the one asked for is still to
+    # come (as it is appended, not only when it is durable): the peer reads and sends the
+    # next while we append and sync this one.
+    ask_ahead: bool = True
     request_timeout: float = 3.0
     persist_interval: float = 5.0
     # Positions are retained, but a subscriber whose queue overflowed misses one for good
