@@ -74,32 +74,23 @@ def replace_file(path: Path, data: bytes, mode: int = 0o600, durable: bool = Tru
         make_dirs(path.parent)
     else:
         path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 mode)
-    try:
-        _write_all(fd, data)
-        if durable:
-            os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    os.close(fd)
+    tmp = write_temp(path, data, mode, sync=durable)
     os.replace(tmp, path)
     if durable:
         sync_dir(path.parent)
 
 
-def write_temp(path: Path, data: bytes, mode: int = 0o600) -> Path:
-    """The first half of a batched `replace_file`: `path`'s temp file, written, not synced;
-    the caller syncs it (`sync_files`), renames it, then syncs the folder."""
+def write_temp(path: Path, data: bytes, mode: int = 0o600, sync: bool = False) -> Path:
+    """`path`'s temp file, written (and fsynced if `sync`): the first half of `replace_file`.
+    Unsynced, the first half of a batch: the caller syncs it (`sync_files`), renames it,
+    then syncs the folder."""
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
                  mode)
     try:
         _write_all(fd, data)
+        if sync:
+            os.fsync(fd)
     except BaseException:
         os.close(fd)
         with contextlib.suppress(OSError):
