@@ -182,15 +182,6 @@ class SyncFailed:
 
 
 @dataclass(frozen=True, slots=True)
-class SyncedAhead:
-    """The answer to Sync(ahead=number): the bytes appended before it are durable, or
-    (`detail`) the sync failed."""
-
-    number: int
-    detail: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
 class Rehashed:
     purpose: str  # "load", "check", "shrunk", "rewritten", "keep"
     ledger: Ledger | None  # None: the file is gone
@@ -240,8 +231,8 @@ class RoleChanged:
 
 Event = (Loaded | LoadFailed | Look | Tick | Drained | Reconnected | PeerForgotten | PeerOnline
          | PeerPos | PeerData | PeerRequest | PeerRefuse | PeerProbe | PeerProbed | Reassess
-         | Appended | AppendFailed | Synced | SyncFailed | SyncedAhead | Rehashed | Archived
-         | ArchiveFailed | LineFound | AdoptRequested | ScrubMismatch | IoFailed | RoleChanged)
+         | Appended | AppendFailed | Synced | SyncFailed | Rehashed | Archived | ArchiveFailed
+         | LineFound | AdoptRequested | ScrubMismatch | IoFailed | RoleChanged)
 
 
 # --- effects --------------------------------------------------------------------------------
@@ -268,13 +259,9 @@ class Append:
 
 @dataclass(frozen=True, slots=True)
 class Sync:
-    """fdatasync the file. Answered by Synced or SyncFailed; `ahead` (non-zero) only by
-    SyncedAhead with the same number, and the file's other events go on meanwhile."""
+    """fdatasync the file. Answered by Synced or SyncFailed."""
 
     local: bool  # the writer's own bytes (shipped) rather than bytes we appended
-    # Non-zero: a sync of a peer's bytes under way while more are appended (a catch-up). The
-    # machine noted the size it covers; a shell may also answer it as a plain Sync (Synced).
-    ahead: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -65,7 +65,6 @@ from syncd.core.events import (
     Snapshot,
     Sync,
     Synced,
-    SyncedAhead,
     SyncFailed,
     Tick,
 )
@@ -186,7 +185,6 @@ class FileTask:
         # made durable with the file's next sync (groupsync.py).
         self._new_entries: set[Spot] = set()
         self._entry_synced: tuple[int, int] | None = None  # the inode whose entry we synced
-        self._ahead: asyncio.Task[None] | None = None  # the Sync ahead under way (_sync_ahead)
         # Peers' positions and bytes delivered and not handled yet (readiness: readyfacts.py).
         self._unhandled = Unhandled()
 
@@ -208,9 +206,6 @@ class FileTask:
         with every other file's at once (RecordFiles.save_all), instead of now."""
         if self._timer is not None:
             self._timer.cancel()
-        if self._ahead is not None:
-            self._ahead.cancel()
-            self._ahead = None
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -441,8 +436,6 @@ class FileTask:
                         self._shipped += len(payload.data)
                 case Append():
                     await self._handle(self._append(e))
-                case Sync(ahead=ahead) if ahead:
-                    self._sync_ahead(ahead)
                 case Sync(local=local):
                     await self._handle(await self._sync(local))
                 case Durable(size=size):
@@ -535,46 +528,20 @@ class FileTask:
         inline = small and len(self.host.busy_files) <= 1
         if inline:
             self.host.flush()
-        inode, entry, dirs = self._sync_dirs()
+        # The file's own entry too, once per inode: bytes announced as durable must not
+        # vanish with a name a power loss takes back (the writer created the file, or renamed
+        # a new one in, and may never have synced its directory).
+        inode = self.machine.inode
+        entry = () if inode is None or inode == self._entry_synced else (self.spot.parent,)
+        dirs = tuple(self._new_entries | set(entry))
         try:
             await self.host.syncer.sync(self.spot, dirs, inline=inline and not entry)
         except OSError as err:
             return SyncFailed(err.strerror or str(err))
-        self._dirs_synced(inode, entry, dirs)
-        return SYNCED
-
-    def _sync_dirs(self) -> tuple[tuple[int, int] | None, bool, tuple[Spot, ...]]:
-        """The directories the next sync makes durable with the file: those we made an entry
-        in, and the file's own entry, once per inode: bytes announced as durable must not
-        vanish with a name a power loss takes back (the writer created the file, or renamed
-        a new one in, and may never have synced its directory)."""
-        inode = self.machine.inode
-        entry = inode is not None and inode != self._entry_synced
-        dirs = tuple(self._new_entries | ({self.spot.parent} if entry else set()))
-        return inode, entry, dirs
-
-    def _dirs_synced(self, inode: tuple[int, int] | None, entry: bool,
-                     dirs: tuple[Spot, ...]) -> None:
         self._new_entries.difference_update(dirs)
         if entry:
             self._entry_synced = inode
-
-    def _sync_ahead(self, number: int) -> None:
-        """Sync what was appended so far on the sync thread while this file's events go on
-        (more appends: the disk's time and ours overlap); the answer comes back as an event.
-        The fdatasync starts after this call, so it covers every byte appended before."""
-        inode, entry, dirs = self._sync_dirs()
-
-        async def sync() -> None:
-            try:
-                await self.host.syncer.sync(self.spot, dirs)
-            except OSError as err:
-                self.deliver(SyncedAhead(number, err.strerror or str(err)))
-            else:
-                self._dirs_synced(inode, entry, dirs)
-                self.deliver(SyncedAhead(number))
-
-        self._ahead = asyncio.get_running_loop().create_task(sync(), name=f"{self.name} sync")
+        return SYNCED
 
     async def _rehash(self, e: Rehash) -> None:
         try:

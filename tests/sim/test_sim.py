@@ -189,8 +189,6 @@ def test_a_note_a_power_cut_dropped_freezes_the_copy_never_splices(
     (seed 1453): the bytes are refused as a local torn line, a false divergence the simulator
     allows there only (counted); with every note surviving (as if synced) the page and digest
     rules take the bytes back and nothing needs allowing."""
-    # Found when every sync was answered before the next event: its replay needs that.
-    monkeypatch.setattr(World, "syncs_ahead", False)
     assert run_seed(1453).unvouched > 0
     monkeypatch.setattr(World, "sync_notes", True)
     assert run_seed(1453).unvouched == 0

@@ -67,7 +67,6 @@ from syncd.core.events import (
     Snapshot,
     Sync,
     Synced,
-    SyncedAhead,
     Tick,
     peer_event,
 )
@@ -309,8 +308,6 @@ class SimHost:
                     w.log(f"  {self.name} appends {len(e.data)} at {e.offset} from {e.peer}: "
                           f"{e.data[:12]!r}..{e.data[-12:]!r}")
                     self.handle(self.append(e))
-                case Sync(ahead=ahead) if ahead:
-                    self.sync_ahead(ahead)
                 case Sync():
                     if self.file is not None:
                         self.file.synced = bytes(self.file.data)
@@ -357,25 +354,6 @@ class SimHost:
                     pass
                 case _:
                     raise Violation(f"unknown effect {e!r}")
-
-    def sync_ahead(self, number: int) -> None:
-        """A sync on a thread while the machine goes on: it makes durable what the file held
-        when it was asked (no more: a later write may miss it) and answers a little later,
-        after whatever else happens meanwhile (more appends, a kill, a power cut)."""
-        w = self.world
-        f, machine = self.file, self.machine
-        covered = bytes(f.data) if f is not None else b""
-
-        def done() -> None:
-            if not self.alive or self.machine is not machine:
-                return  # the process died meanwhile: its sync thread with it
-            if (f is not None and self.file is f and len(covered) > len(f.synced)
-                    and f.data.startswith(covered)):
-                f.synced = covered
-                if w.sync_new_entries:
-                    self.entry = f
-            self.deliver(SyncedAhead(number))
-        w.at(w.now + w.ahead_rng.uniform(0.0002, 0.02), done)
 
     def check_torn_verdict(self, message: str) -> None:
         """Bytes syncd appended for a peer are never taken for a local writer's torn line
@@ -465,11 +443,6 @@ class World:
     # A power cut while syncd is down loses what was unsynced too (the writer's bytes, the
     # notes); False: it is a no-op, as when seed 7027257 was found (its replay needs that).
     cut_while_down = True
-    # Half the worlds catch up as syncd does, pipelined: they ask for the next window as the
-    # current one is appended, and sync a peer's bytes while appends go on (Sync ahead); the
-    # others ask only once bytes are durable and answer every sync before the next event (as
-    # before: drawn apart, so that they replay as they did). False: none is pipelined.
-    syncs_ahead = True
 
     def __init__(self, seed: int, hosts: int, steps: int, faults: bool = True,
                  records: str = recordkinds.LINES) -> None:
@@ -492,10 +465,6 @@ class World:
         self.queue: list[tuple[float, int, Callable[[], None]]] = []
         self.tuning = Tuning(chunk_bytes=self.rng.choice([40, 64, 4096]), fetch_window=256,
                              request_timeout=1.0, persist_interval=2.0, reannounce=4.0)
-        self.ahead_rng = random.Random(seed ^ 0xA4EAD)
-        self.tuning.ask_ahead = self.syncs_ahead and self.ahead_rng.random() < 0.5
-        if self.tuning.ask_ahead:
-            self.tuning.ahead_sync_bytes = self.ahead_rng.choice([0, 40, 200])
         names = [chr(ord("a") + i) for i in range(hosts)]
         self.hosts = {n: SimHost(n, self) for n in names}
         self.written: set[bytes] = set()  # every whole line any writer (or operator) made

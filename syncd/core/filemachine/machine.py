@@ -58,7 +58,6 @@ from syncd.core.events import (
     Snapshot,
     Sync,
     Synced,
-    SyncedAhead,
     SyncFailed,
     Tick,
 )
@@ -135,10 +134,6 @@ class FileMachine:
         self.fetch: Fetch | None = None
         self.adoption: Adoption | None = None
         self.unsynced = 0  # bytes appended here but not yet fdatasync'ed
-        # The sync of a peer's bytes under way while appends go on (Sync(ahead=n)): its
-        # number, the ledger it was asked for, and the size and digest it makes durable.
-        self.ahead: tuple[int, Ledger, Position] | None = None
-        self._ahead_number = 0
         self.record_dirty = False
         # The record this run knows to be on disk, durable: loaded at start and still true,
         # or the last durable save. A stop then has nothing to write (1000 idle keys: 1000
@@ -295,11 +290,9 @@ class FileMachine:
                 self._on_appended(event, now, wall, out)
             case Synced():
                 self._on_synced(now, wall, out)
-            case SyncedAhead(number=number, detail=detail):
-                self._on_synced_ahead(number, detail, now, wall, out)
             case Drained():
                 if self.unsynced:
-                    self._sync_appended(out)
+                    out.append(Sync(local=False))
                 else:
                     self._persist(now, out)
             case Tick():
@@ -897,28 +890,10 @@ class FileMachine:
         view = self.peers.get(ev.peer)
         if view is not None:
             peers.took_from(view, ledger.size, ledger.digest(), wall)
-        f = self.fetch
-        if f is not None and f.peer == ev.peer:
-            f.deadline = now + self.tuning.request_timeout
-            if self.tuning.ask_ahead and f.upto - ledger.size < self.tuning.fetch_window // 2:
-                self._maybe_fetch(now, out)
+        if self.fetch is not None and self.fetch.peer == ev.peer:
+            self.fetch.deadline = now + self.tuning.request_timeout
         if self.unsynced >= self.tuning.fetch_window:
-            self._sync_appended(out)
-
-    def _sync_appended(self, out: list[Effect]) -> None:
-        """Make the peers' bytes appended so far durable. Many of them (a catch-up): while
-        appends go on (Sync ahead), the size and digest they reach noted here, announced when
-        the sync is done, so that the disk's time and the CPU's overlap. While such a sync is
-        under way, nothing more: its answer syncs what it did not cover (a Drained follows)."""
-        ledger = self.ledger
-        if self.ahead is not None:
-            return
-        if ledger is None or self.unsynced <= self.tuning.ahead_sync_bytes:
             out.append(Sync(local=False))
-            return
-        self._ahead_number += 1
-        self.ahead = (self._ahead_number, ledger, Position(ledger.size, ledger.digest()))
-        out.append(Sync(local=False, ahead=self._ahead_number))
 
     def _on_append_failed(self, kind: str, detail: str, now: float, wall: float,
                           out: list[Effect]) -> None:
@@ -951,39 +926,16 @@ class FileMachine:
     def _on_synced(self, now: float, wall: float, out: list[Effect]) -> None:
         ledger = self.ledger
         self.unsynced = 0  # even when reset meanwhile (ledger gone): else an adopt waits forever
-        self.ahead = None  # covered too (a shell may answer a Sync ahead as a plain one)
         if ledger is None:
             return
-        self._made_durable(Position(ledger.size, ledger.digest()), now, wall, out)
-
-    def _on_synced_ahead(self, number: int, detail: str | None, now: float, wall: float,
-                         out: list[Effect]) -> None:
-        ahead = self.ahead
-        if ahead is None or ahead[0] != number:
-            return  # a plain sync since then covered its bytes (Synced)
-        self.ahead = None
-        _, ledger, reached = ahead
-        if detail is not None:
-            self._set_trouble("error", f"cannot make {self.file} durable: {detail}", now,
-                              wall, out)
-            return
-        if ledger is not self.ledger or reached.size <= self.position.size:
-            return  # another history since (reset, adopted), or nothing new
-        # Durable up to where the sync was asked; what was appended since waits for the next.
-        self.unsynced = min(self.unsynced, ledger.size - reached.size)
-        self._made_durable(reached, now, wall, out)
-
-    def _made_durable(self, reached: Position, now: float, wall: float,
-                      out: list[Effect]) -> None:
-        """Our bytes up to `reached` are on the disk: announce them, and what follows."""
         if self.failing is not None and self.failing.detail.startswith("cannot make"):
             self.failing = None
-        if self.position.size == reached.size and self.position.digest == reached.digest:
+        if self.position.size == ledger.size and self.position.digest == ledger.digest():
             return
-        self.position = reached
-        if self.intent is not None and reached.size >= self.intent[2]:
+        self.position = Position(ledger.size, ledger.digest())
+        if self.intent is not None and ledger.size >= self.intent[2]:
             self.intent = None
-        out.append(Durable(reached.size))
+        out.append(Durable(ledger.size))
         self.record_dirty = True
         for peer, view in self.peers.items():
             self._assess(peer, view, EMPTY, now, wall, out)

@@ -9,16 +9,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from syncd.core.events import (
-    Appended,
-    Drained,
-    Effect,
-    ReadPlan,
-    Snapshot,
-    Synced,
-    SyncedAhead,
-    Tick,
-)
+from syncd.core.events import Appended, Drained, Effect, ReadPlan, Snapshot, Synced, Tick
 from syncd.core.ledger import Position
 from syncd.core.reconcile import PeerState
 
@@ -36,7 +27,7 @@ OWN_REMOVAL_WINDOW = 5.0  # a deletion hint this soon after we archived is our o
 
 STAT_ONLY = ReadPlan(stat=True)
 # Events no case of `reads_for` matches (every replicated write has some): answered at once.
-NO_READS_EVENTS: frozenset[type] = frozenset({Appended, Drained, Synced, SyncedAhead, Tick})
+NO_READS_EVENTS: frozenset[type] = frozenset({Appended, Drained, Synced, Tick})
 
 
 class Mode(Enum):
@@ -63,14 +54,6 @@ TRANSITIONS: dict[Mode, frozenset[Mode]] = {
 class Tuning:
     chunk_bytes: int = 256 * 1024
     fetch_window: int = 4 * 1024 * 1024
-    # More of a peer's bytes unsynced than this are synced while appends go on (a catch-up);
-    # a live frame's few are synced before the next (such a sync is often waited for on the
-    # loop, which costs less than a sync thread's answer through it).
-    ahead_sync_bytes: int = 64 * 1024
-    # Ask for the next fetch window once less than half of the one asked for is still to
-    # come (as it is appended, not only when it is durable): the peer reads and sends the
-    # next while we append and sync this one.
-    ask_ahead: bool = True
     request_timeout: float = 3.0
     persist_interval: float = 5.0
     # Positions are retained, but a subscriber whose queue overflowed misses one for good
