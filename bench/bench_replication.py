@@ -67,6 +67,10 @@ KEY = "bench"
 REPLICA_NAMES = "bc"
 # py-spy samples per second with --profile (SYNCD_BENCH_PROFILE_HZ: more for a longer look)
 PROFILE_HZ = int(os.environ.get("SYNCD_BENCH_PROFILE_HZ", "250"))
+# SYNCD_BENCH_PROFILE_GIL=0: sample every thread on a CPU (py-spy's idle filter) instead of the
+# GIL holder only (py-spy reads the GIL's last holder, so a loop blocked on a lock while
+# another thread is in fdatasync is counted as busy at the lock)
+PROFILE_GIL = os.environ.get("SYNCD_BENCH_PROFILE_GIL", "1") != "0"
 
 
 def stock_broker_config(port: int) -> str:
@@ -116,7 +120,7 @@ def lag(rate: int, seconds: float, root: Path, replicas: int = 2,
         pids = {name: d.proc.pid for name, d in daemons.items() if d.proc is not None}
         meter = CpuMeter(pids)
         spies = [PySpy(pid, seconds + 1, profile_dir / f"lag-{rate}-{replicas}r-{name}.txt",
-                       gil=True, rate=PROFILE_HZ)
+                       gil=PROFILE_GIL, rate=PROFILE_HZ)
                  for name, pid in pids.items() if name in "ab"] if profile_dir else []
         time.sleep(1.2)  # the broker's $SYS counters cover the warm-up
         items0 = {name: scrape_items(port) for name, port in ports.items()}

@@ -19,7 +19,7 @@ from syncd.config import ConfigError
 from syncd.daemon import logoutput
 from syncd.daemon.host import Host, StartupError
 from syncd.net import tls
-from syncd.ops import allocator, stall, systemd
+from syncd.ops import allocator, collector, stall, systemd
 from syncd.ops.controlserver import ControlServer
 
 if TYPE_CHECKING:
@@ -53,6 +53,7 @@ def command(config_path: Path, log_level: str, log_format: str) -> None:
         sys.exit(2)
     logoutput.setup(log_level, log_format)
     allocator.tune()  # frames come from the heap, not from fresh mappings (ops/allocator.py)
+    collector.tune()  # fewer young collections (ops/collector.py)
     if log_level != "debug":
         logging.getLogger("syncd.mqtt").setLevel(logging.WARNING)
     try:
@@ -83,6 +84,7 @@ async def _run(node: Host) -> None:
         # What loading every file freed (parsed records and log-check states, the
         # start-up's sorts and reads) goes back now, not kept below TRIM_THRESHOLD for
         # good: 1000 idle keys kept ~20 MiB of it resident.
+        collector.settle()  # the start-up's objects, out of the collector's walks
         allocator.trim()
 
     for sig in (signal.SIGTERM, signal.SIGINT):
