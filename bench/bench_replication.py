@@ -54,6 +54,7 @@ from bench.harness import (
     paced_appends,
     reached,
     read_trace,
+    rss_mb,
     scrape_items,
     top_inclusive_frames,
     top_self_frames,
@@ -134,6 +135,7 @@ def lag(rate: int, seconds: float, root: Path, replicas: int = 2,
                                drain_timeout, interval=0.02)
         cpu = meter.stop()
         others_cpu = others.stop()
+        rss = {name: rss_mb(pid) for name, pid in pids.items()}
         # The writer's group commit (daemon/window.py; absent from older code).
         commit = daemons["a"].status().get("group_commit")
         items = {name: item_deltas(items0[name], scrape_items(port))
@@ -155,6 +157,7 @@ def lag(rate: int, seconds: float, root: Path, replicas: int = 2,
             "cpu_per_write_us": {name: 1e6 * used / n for name, used in meter.seconds.items()},
             "system_per_write_us": {name: 1e6 * used / n for name, used in meter.system.items()},
             "others_cpu": others_cpu,
+            "rss_mb": rss,  # each daemon's resident memory once drained
             "shipped": lag_stats(writes, read_trace(shipped, KEY)),
             "timed_out": not drained, "stock_broker": stock_broker,
             "group_commit": commit,
@@ -270,6 +273,9 @@ def print_lag(r: dict[str, Any]) -> None:
           f"{r['others_cpu']:.0f}%)")
     system = "  ".join(f"{n} {us:.0f} us" for n, us in r.get("system_per_write_us", {}).items())
     print(f"    of which system (kernel) time: {system}")
+    if r.get("rss_mb"):
+        print("  resident memory once drained: "
+              + "  ".join(f"{n} {mb:.1f} MiB" for n, mb in r["rss_mb"].items()))
     for name, per in r.get("items_per_write", {}).items():
         if per:
             print(f"  {name} items per write: " + "  ".join(f"{k} {v:.2f}" for k, v in per.items()))

@@ -53,7 +53,6 @@ def command(config_path: Path, log_level: str, log_format: str) -> None:
         sys.exit(2)
     logoutput.setup(log_level, log_format)
     allocator.tune()  # frames come from the heap, not from fresh mappings (ops/allocator.py)
-    collector.tune()  # fewer young collections (ops/collector.py)
     if log_level != "debug":
         logging.getLogger("syncd.mqtt").setLevel(logging.WARNING)
     try:

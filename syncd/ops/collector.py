@@ -1,32 +1,27 @@
-"""Python's cyclic garbage collector, set for a daemon whose start-up leaves a large heap.
+"""Python's cyclic garbage collector, told what the start-up leaves for good.
 
-CPython collects its youngest generation every GEN0_DEFAULT (700) container allocations net
-of frees, and the whole heap whenever enough objects have survived into the oldest one. A
-replicated frame allocates a few hundred containers (events, effects, items, a header's
-dicts), nearly all freed by reference counting at once, so at 500 frames a second the
-collector ran hundreds of times a second over what had just been allocated, and now and
-then over everything: the config, the modules, every file's machine and ledger, tens of
-thousands of objects walked on the loop while a frame waited.
+CPython collects its oldest generation, the whole heap, whenever the objects that survived
+into it since the last such collection pass a quarter of those it held then. A daemon's heap
+after start-up is mostly for good (modules, the config, every file's machine and ledger:
+~40 000 objects at one busy key), and a full collection walks all of it, on the loop, while
+frames wait: 27-35 ms on a standby at 500 writes/s on the shared 2-core machine, once every
+few seconds (measured with gc.callbacks, docs/protocol.md "What a frame costs").
 
 settle() is called once the start-up is over (every file loaded): a collection, then
-gc.freeze(), which moves every object alive then out of the collector's sight for good (they
-are the daemon's long-lived state; freezing never frees nor keeps anything that reference
-counting would free). Later collections walk only what was allocated since. And the youngest
-generation is collected every GEN0 allocations instead of 700: one collection for dozens of
-frames, each over objects nearly all gone already.
+gc.freeze(), which moves every object alive then into a generation the collector never walks
+(freezing frees nothing and keeps nothing that reference counting would free; only a cycle
+among those objects that becomes garbage later stays). Later full collections walk what was
+allocated since.
+
+The thresholds stay CPython's: the young collections it makes at 500 writes/s (a writer: one
+every two seconds; a standby: two or three a second, each finding ~700 objects of cyclic
+garbage) take about a millisecond each, and a higher threshold would make each one walk
+proportionally more at once.
 """
 
 from __future__ import annotations
 
 import gc
-
-GEN0 = 20_000  # container allocations (net of frees) between two young collections
-
-
-def tune() -> None:
-    """A higher threshold for the youngest generation (the older two as CPython's)."""
-    _, gen1, gen2 = gc.get_threshold()
-    gc.set_threshold(GEN0, gen1, gen2)
 
 
 def settle() -> None:
