@@ -273,10 +273,11 @@ class FileTask:
 
     def released(self) -> None:
         """The commit gate's release of a change the watcher saw that is not our own append:
-        on a writer, new bytes nearly always. The look reads them at once, without a stat
-        first (a stat, then the bytes cost two opens and two turns of the machine per commit).
-        A sweep's or a directory's hint still starts with the stat (hint_local): at thousands
-        of files, most of what a sweep finds changed is a standby's own appends."""
+        on a writer, new bytes nearly always. The look is full from the start: the stat and
+        the read in one turn of the machine, not a stat-only look that hands on to a full one
+        (two turns per commit). A sweep's or a directory's hint still starts with the stat
+        alone (hint_local): at thousands of files, most of what a sweep finds changed is a
+        standby's own appends, and a stat is all they need."""
         self._look_full = True
         self.hint_local()
 
