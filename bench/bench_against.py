@@ -12,7 +12,8 @@ average is printed with every run (other processes share the cores).
                                   [--replicas 2] [--stock-broker] [--config LINES]
 
 Per run: lag p50 / p99 of the slower standby, and CPU per write (user + system) of each
-daemon (a writes, b and c replicate). Then the median of each side's runs.
+daemon (a writes, b and c replicate), and their resident memory once drained. Then the
+median of each side's runs.
 """
 
 from __future__ import annotations
@@ -67,13 +68,16 @@ def summary(r: dict[str, Any]) -> dict[str, float]:
     out = {"p50": max(s.p50 for s in r["replicas"].values()), "p99": worst.p99,
            "missing": float(sum(s.missing for s in r["replicas"].values()))}
     out.update({f"cpu_{n}": us for n, us in r["cpu_per_write_us"].items()})
+    out.update({f"rss_{n}": mb for n, mb in r.get("rss_mb", {}).items()})
     return out
 
 
 def row(label: str, s: dict[str, float], extra: str = "") -> str:
     cpu = " / ".join(f"{s[k]:.0f}" for k in sorted(s) if k.startswith("cpu_"))
+    rss = " / ".join(f"{s[k]:.1f}" for k in sorted(s) if k.startswith("rss_"))
     return (f"  {label:<28} p50 {s['p50']:6.2f} ms  p99 {s['p99']:7.2f} ms  "
-            f"CPU per write a / b / c {cpu} µs  missing {s['missing']:.0f}{extra}")
+            f"CPU per write a / b / c {cpu} µs  RSS {rss} MiB  missing {s['missing']:.0f}"
+            f"{extra}")
 
 
 def main() -> None:

@@ -54,6 +54,7 @@ from bench.harness import (
     paced_appends,
     reached,
     read_trace,
+    rss_mb,
     scrape_items,
     top_inclusive_frames,
     top_self_frames,
@@ -67,6 +68,10 @@ KEY = "bench"
 REPLICA_NAMES = "bc"
 # py-spy samples per second with --profile (SYNCD_BENCH_PROFILE_HZ: more for a longer look)
 PROFILE_HZ = int(os.environ.get("SYNCD_BENCH_PROFILE_HZ", "250"))
+# SYNCD_BENCH_PROFILE_GIL=0: sample every thread on a CPU (py-spy's idle filter) instead of the
+# GIL holder only (py-spy reads the GIL's last holder, so a loop blocked on a lock while
+# another thread is in fdatasync is counted as busy at the lock)
+PROFILE_GIL = os.environ.get("SYNCD_BENCH_PROFILE_GIL", "1") != "0"
 
 
 def stock_broker_config(port: int) -> str:
@@ -116,7 +121,7 @@ def lag(rate: int, seconds: float, root: Path, replicas: int = 2,
         pids = {name: d.proc.pid for name, d in daemons.items() if d.proc is not None}
         meter = CpuMeter(pids)
         spies = [PySpy(pid, seconds + 1, profile_dir / f"lag-{rate}-{replicas}r-{name}.txt",
-                       gil=True, rate=PROFILE_HZ)
+                       gil=PROFILE_GIL, rate=PROFILE_HZ)
                  for name, pid in pids.items() if name in "ab"] if profile_dir else []
         time.sleep(1.2)  # the broker's $SYS counters cover the warm-up
         items0 = {name: scrape_items(port) for name, port in ports.items()}
@@ -130,6 +135,7 @@ def lag(rate: int, seconds: float, root: Path, replicas: int = 2,
                                drain_timeout, interval=0.02)
         cpu = meter.stop()
         others_cpu = others.stop()
+        rss = {name: rss_mb(pid) for name, pid in pids.items()}
         # The writer's group commit (daemon/window.py; absent from older code).
         commit = daemons["a"].status().get("group_commit")
         items = {name: item_deltas(items0[name], scrape_items(port))
@@ -151,6 +157,7 @@ def lag(rate: int, seconds: float, root: Path, replicas: int = 2,
             "cpu_per_write_us": {name: 1e6 * used / n for name, used in meter.seconds.items()},
             "system_per_write_us": {name: 1e6 * used / n for name, used in meter.system.items()},
             "others_cpu": others_cpu,
+            "rss_mb": rss,  # each daemon's resident memory once drained
             "shipped": lag_stats(writes, read_trace(shipped, KEY)),
             "timed_out": not drained, "stock_broker": stock_broker,
             "group_commit": commit,
@@ -266,6 +273,9 @@ def print_lag(r: dict[str, Any]) -> None:
           f"{r['others_cpu']:.0f}%)")
     system = "  ".join(f"{n} {us:.0f} us" for n, us in r.get("system_per_write_us", {}).items())
     print(f"    of which system (kernel) time: {system}")
+    if r.get("rss_mb"):
+        print("  resident memory once drained: "
+              + "  ".join(f"{n} {mb:.1f} MiB" for n, mb in r["rss_mb"].items()))
     for name, per in r.get("items_per_write", {}).items():
         if per:
             print(f"  {name} items per write: " + "  ".join(f"{k} {v:.2f}" for k, v in per.items()))

@@ -19,7 +19,7 @@ from syncd.config import ConfigError
 from syncd.daemon import logoutput
 from syncd.daemon.host import Host, StartupError
 from syncd.net import tls
-from syncd.ops import allocator, stall, systemd
+from syncd.ops import allocator, collector, stall, systemd
 from syncd.ops.controlserver import ControlServer
 
 if TYPE_CHECKING:
@@ -83,6 +83,7 @@ async def _run(node: Host) -> None:
         # What loading every file freed (parsed records and log-check states, the
         # start-up's sorts and reads) goes back now, not kept below TRIM_THRESHOLD for
         # good: 1000 idle keys kept ~20 MiB of it resident.
+        collector.settle()  # the start-up's objects, out of the collector's walks
         allocator.trim()
 
     for sig in (signal.SIGTERM, signal.SIGINT):

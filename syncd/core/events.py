@@ -74,9 +74,11 @@ class LoadFailed:
 class Look:
     """Look at the local file again; `replaced`: the watcher saw it deleted or moved over.
 
-    A look starts with a stat (`full` False): most hints are our own appends, which change
-    nothing we have not recorded. Only when the stat says the file changed does the machine
-    ask for the full look, with the bytes below our end and the new ones."""
+    A sweep's look starts with a stat (`full` False): most of what it finds changed is our
+    own appends, which change nothing we have not recorded. Only when the stat says the file
+    changed does the machine ask for the full look, with the bytes below our end and the new
+    ones. The commit gate's look is full from the start: the watcher's hint was no append of
+    ours (the shell recognises those), so on a writer it is new bytes nearly always."""
 
     replaced: bool = False
     full: bool = False

@@ -8,7 +8,7 @@ so that a local append, a peer's bytes and a peer's request never race each othe
 
 Beside it: when the file's log checks run (logchecks.py), and the facts its READY is decided
 on (readyfacts.py). A watcher hint comes in as changed(): our own append is no news, anything
-else goes through the host's commit gate (window.py), which calls hint_local() back.
+else goes through the host's commit gate (window.py), which calls released() back.
 """
 
 from __future__ import annotations
@@ -91,6 +91,7 @@ log = logging.getLogger("syncd.replica")
 
 # Events without fields, made once (frozen: one value each).
 LOOK, DRAINED, SYNCED, TICK = Look(), Drained(), Synced(), Tick()
+LOOK_FULL = Look(full=True)  # the commit gate's look: the bytes at once (released())
 
 INLINE_SYNC_BYTES = 64 * 1024  # below this, a lone busy file's sync may be waited for
 
@@ -100,7 +101,7 @@ class Commits(Protocol):
 
     def offer(self, thing: FileTask) -> None:
         """The file changed: its look starts now, after the batch window, or after the one
-        under way (the gate then calls FileTask.hint_local)."""
+        under way (the gate then calls FileTask.released)."""
 
     def done(self, thing: FileTask) -> None:
         """The file's look is over: the next may start."""
@@ -172,6 +173,7 @@ class FileTask:
         # id(event) -> (peer, bytes) of queued peers' events, taken from host.holdings
         self._held: dict[int, tuple[str, int]] = {}
         self._look_pending = False
+        self._look_full = False  # the pending look reads the bytes at once (LOOK_FULL)
         self._busy = False  # in host.busy_files
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -260,14 +262,24 @@ class FileTask:
             self.host.commits.offer(self)
 
     def hint_local(self, replaced: bool = False) -> None:
-        """Look at the local file again (the commit gate's release, the sweep, a directory
-        moved); `replaced`: the watcher saw it deleted or moved over (kept as its own event: a
-        later look must not swallow it)."""
+        """Look at the local file again (the sweep, a directory moved, released());
+        `replaced`: the watcher saw it deleted or moved over (kept as its own event: a later
+        look must not swallow it)."""
         if replaced:
             self.deliver(Look(replaced=True))
         elif not self._look_pending:
             self._look_pending = True
             self._signal()
+
+    def released(self) -> None:
+        """The commit gate's release of a change the watcher saw that is not our own append:
+        on a writer, new bytes nearly always. The look is full from the start: the stat and
+        the read in one turn of the machine, not a stat-only look that hands on to a full one
+        (two turns per commit). A sweep's or a directory's hint still starts with the stat
+        alone (hint_local): at thousands of files, most of what a sweep finds changed is a
+        standby's own appends, and a stat is all they need."""
+        self._look_full = True
+        self.hint_local()
 
     def _as_own_append_left_it(self) -> bool:
         """Whether the file is exactly as our own last append left it: the watcher reports our
@@ -377,7 +389,8 @@ class FileTask:
             # The writer's new bytes first: everything else waits less than they do.
             if self._look_pending:
                 self._look_pending = False
-                event: Event = LOOK
+                event: Event = LOOK_FULL if self._look_full else LOOK
+                self._look_full = False
             else:
                 event = self._inbox.popleft()
                 if self._held:
@@ -409,6 +422,10 @@ class FileTask:
             elif not plan.ranges and plan.line_end_from is None:
                 st, line_end = logfile.stat(self.spot), None
             else:
+                if event is LOOK_FULL:
+                    # The name resolved first, as a stat-only look would have: the descriptor
+                    # of the last read is then used again, not a fresh open (openfiles.py).
+                    logfile.stat(self.spot)
                 st, reads, line_end = logfile.snapshot(self.spot, plan.ranges, plan.line_end_from,
                                                      self.record_kind, plan.record_start)
         except OSError as e:

@@ -121,7 +121,7 @@ class Host:
         # Local changes: read and shipped at once when nothing is in flight for the file, else
         # together in the next commit, after the optional batch_window (window.py).
         self.commits: CommitGate[FileTask] = CommitGate(
-            config.batch_window, FileTask.hint_local, self.watcher.hold, self.watcher.drain,
+            config.batch_window, FileTask.released, self.watcher.hold, self.watcher.drain,
             self.watcher.resume)
         self._stop = asyncio.Event()
         self._durable_hooks: list[Callable[[str, str, int], None]] = []

@@ -154,7 +154,11 @@ def snapshot(path: Where, ranges: tuple[tuple[int, int], ...], line_end_from: in
         st = os.fstat(fd)
         if held is None and isinstance(path, Spot):
             held = OPEN.keep(path, READ, fd, (st.st_dev, st.st_ino))
-        reads = {(a, b): os.pread(fd, b - a, a) if b > a else b"" for a, b in ranges}
+        # No further than the size just seen: a range may reach a fetch window past the end,
+        # and pread allocates the whole length it is asked for before it reads.
+        size = st.st_size
+        reads = {(a, b): os.pread(fd, min(b, size) - a, a) if min(b, size) > a else b""
+                 for a, b in ranges}
         line_end = None
         if line_end_from is not None and records == ZSTD_FRAMES:
             read_end = max((b for _, b in ranges), default=line_end_from)

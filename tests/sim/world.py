@@ -147,6 +147,7 @@ class SimHost:
     connected: bool = False
     inbox: deque[Event] = field(default_factory=deque)
     look_pending: bool = False
+    look_full: bool = False  # the pending look is the commit gate's (FileTask.released)
     stored: Stored | None = None  # the record as written (survives a crash of the process)
     stored_durable: Stored | None = None  # what survives a power loss
     noted: Appending | None = None  # the `.appending` note (survives a crash)
@@ -195,6 +196,7 @@ class SimHost:
                                records=w.records, settle=w.settle)
         self.inbox.clear()
         self.look_pending = False
+        self.look_full = False
         self.busy = False
         try:
             self.handle(self.loaded())
@@ -236,7 +238,8 @@ class SimHost:
                     event = self.inbox.popleft()
                 else:
                     self.look_pending = False
-                    event = Look()
+                    event = Look(full=self.look_full)
+                    self.look_full = False
                 self.handle(event)
             self.handle(Drained())
         except Killed:
@@ -595,12 +598,15 @@ class World:
         if replaced:
             self.at(self.now + 0.0005, lambda: h.deliver(Look(replaced=True)))
         elif r < 0.85:
-            self.at(self.now + 0.0004, lambda: self.look(h))
+            self.at(self.now + 0.0004, lambda: self.look(h, full=True))
         elif r < 0.95:
-            self.at(self.now + 0.5, lambda: self.look(h))
+            self.at(self.now + 0.5, lambda: self.look(h, full=True))
 
-    def look(self, h: SimHost) -> None:
+    def look(self, h: SimHost, full: bool = False) -> None:
+        """`full`: inotify's hint, released by the commit gate (FileTask.released), reads the
+        bytes at once; the sweep's starts with the stat."""
         if h.alive and h.machine is not None:
+            h.look_full = h.look_full or full
             h.look_pending = True
             h.drain()
 

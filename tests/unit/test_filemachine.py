@@ -69,6 +69,27 @@ def test_local_growth_ships_whole_lines_only_then_syncs_before_announcing() -> N
     assert order.index("Sync") < len(order) - 1 and m.position.size == 24
 
 
+def test_the_commit_gates_full_look_ships_in_one_turn_what_a_stat_first_look_ships() -> None:
+    # FileTask.released: the watcher's hint is no append of ours, so the look reads the bytes
+    # at once; the stat-first look (a sweep's) gets there through a Redeliver.
+    growth = b'{"id": "2"}\n{"id": "3"}\n'
+    m1, f1 = live(LINE)
+    m2, f2 = live(LINE)
+    f1.write(growth)
+    f2.write(growth)
+    stat_first = feed(m1, f1, Look(), now=2.0)
+    at_once = m2.handle(Look(full=True), f2.snapshot(m2, Look(full=True)), 2.0, 1e9 + 2.0)
+    assert any(isinstance(e, Redeliver) for e in stat_first)
+    assert not any(isinstance(e, Redeliver) for e in at_once)
+    assert [e.payload for e in sent(at_once, Kind.LIVE)] == \
+        [e.payload for e in sent(stat_first, Kind.LIVE)]
+    assert any(isinstance(e, Sync) for e in at_once)
+    # Nothing new: the full look finds nothing to ship either (the tail checked, unchanged).
+    feed(m2, f2, Synced(), 2.0)
+    again = m2.handle(Look(full=True), f2.snapshot(m2, Look(full=True)), 3.0, 1e9 + 3.0)
+    assert not sent(again, Kind.LIVE) and not any(isinstance(e, Sync | Rehash) for e in again)
+
+
 def test_a_peers_bytes_extending_ours_are_appended() -> None:
     m, f = live(LINE)
     out = feed(m, f, PeerData("b", Data(len(LINE), digest_of(LINE), b'{"id": "2"}\n')))
