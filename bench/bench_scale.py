@@ -195,6 +195,14 @@ def run(root: Path, keys: int = 1000, kib: int = 1024, idle: float = 20, load: f
         r["load_lag"] = lag_stats(writes, read_trace(trace))
         r["ship_lag"] = lag_stats(writes, read_trace(shipped))
         r["rss_load"] = {n: rss_mb(p) for n, p in pids.items()}
+        # Stops: after the load (every record changed), then after a restart with nothing
+        # changed (nothing to write: each record on disk already says it).
+        r["stop_after_load"] = {"a": stop(a), "b": stop(b)}
+        for d in (a, b):
+            start_until_ready(d)
+        wait_until(lambda: settled(a) and settled(b), 120, "second restart to settle",
+                   interval=1)
+        r["stop_unchanged"] = {"a": stop(a), "b": stop(b)}
         return r
     finally:
         for d in (a, b):

@@ -493,7 +493,8 @@ class Report:
              a_b.format(sc["cold_ready_a"], sc["cold_ready_b"])],
             ["first start until all start-up work is done (log checks included)",
              f"{sc['cold_settle_s']:.1f} s from B's spawn"],
-            ["SIGTERM to exit (positions saved)", a_b.format(sc["stop_a"], sc["stop_b"])],
+            ["SIGTERM to exit after the first start (every position saved)",
+             a_b.format(sc["stop_a"], sc["stop_b"])],
             ["restart to READY (positions persisted; A alone, then B with A up)",
              a_b.format(sc["ready_a"], sc["ready_b"])],
             ["`syncd status` right after READY",
@@ -511,6 +512,10 @@ class Report:
              " / ".join(sc["load_lag"].row())
              + (f", {sc['load_lag'].missing} never arrived" if sc["load_lag"].missing else "")],
             ["RSS after load", _pair(sc["rss_load"], "{:.0f} MB")],
+            ["SIGTERM to exit after the load (every position changed)",
+             _pair(sc["stop_after_load"], "{:.2f} s")],
+            ["SIGTERM to exit after a restart that changed nothing",
+             _pair(sc["stop_unchanged"], "{:.2f} s")],
         ]
         if "scrub_cpu" not in sc:
             rows.append(["background scrub",

@@ -86,7 +86,7 @@ from syncd.daemon.readyfacts import FactsHost, Unhandled
 from syncd.disk import logfile, tree
 from syncd.disk.archive import archive_copy
 from syncd.disk.groupsync import GroupSync
-from syncd.disk.recordfiles import RecordFiles
+from syncd.disk.recordfiles import RecordFiles, Save
 
 log = logging.getLogger("syncd.replica")
 
@@ -202,7 +202,9 @@ class FileTask:
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=self.name)
 
-    async def stop(self) -> None:
+    async def stop(self, saves: list[Save] | None = None) -> None:
+        """`saves`: the daemon stops; the durable record goes there, for the caller to write
+        with every other file's at once (RecordFiles.save_all), instead of now."""
         if self._timer is not None:
             self._timer.cancel()
         if self._task is not None:
@@ -211,7 +213,11 @@ class FileTask:
                 await self._task
             self._task = None
         # Shutting down: record the position now if it may be recorded at all.
-        if (record := self.machine.record_at_shutdown()) is not None:
+        if (record := self.machine.record_at_shutdown()) is None:
+            pass
+        elif saves is not None:
+            saves.append(Save(self.key, self.file, record.record, record.chain, record.rebuilt))
+        else:
             with contextlib.suppress(OSError):
                 await self._persist(record)
         await self.checks.close()
@@ -589,6 +595,7 @@ class FileTask:
             else:
                 records.save(self.key, self.file, e.record, chain, durable=False)
         except OSError as err:
+            self.machine.record_not_kept()
             log.error("%s: cannot record the position in %s: %s", self.name, records.root, err)
 
     # --- time ---------------------------------------------------------------------------------

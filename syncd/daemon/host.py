@@ -59,7 +59,7 @@ from syncd.disk.epoch import next_epoch
 from syncd.disk.groupsync import GroupSync
 from syncd.disk.keyfile import load_identity
 from syncd.disk.peerepochs import PeerEpochs
-from syncd.disk.recordfiles import RecordFiles
+from syncd.disk.recordfiles import RecordFiles, Save
 from syncd.disk.watcher import Watcher
 from syncd.net.link import Link
 
@@ -343,8 +343,12 @@ class Host:
             for t in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await t
+            saves: list[Save] = []
             for r in self.replicas.values():
-                await r.stop()
+                await r.stop(saves)
+            # Every file's durable record at once: one by one, 1000 fsynced records took 2 s
+            # on a quiet disk and 17 s on a busy one.
+            await asyncio.to_thread(self.records.save_all, saves)
             await self.resources.stop()
             self._keep_peer_epochs()
             self.records.flush()  # what the worker had not written yet (files not stopped)

@@ -18,6 +18,7 @@ import contextlib
 import errno
 import os
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
@@ -73,12 +74,22 @@ def replace_file(path: Path, data: bytes, mode: int = 0o600, durable: bool = Tru
         make_dirs(path.parent)
     else:
         path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = write_temp(path, data, mode, sync=durable)
+    os.replace(tmp, path)
+    if durable:
+        sync_dir(path.parent)
+
+
+def write_temp(path: Path, data: bytes, mode: int = 0o600, sync: bool = False) -> Path:
+    """`path`'s temp file, written (and fsynced if `sync`): the first half of `replace_file`.
+    Unsynced, the first half of a batch: the caller syncs it (`sync_files`), renames it,
+    then syncs the folder."""
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
                  mode)
     try:
         _write_all(fd, data)
-        if durable:
+        if sync:
             os.fsync(fd)
     except BaseException:
         os.close(fd)
@@ -86,9 +97,36 @@ def replace_file(path: Path, data: bytes, mode: int = 0o600, durable: bool = Tru
             os.unlink(tmp)
         raise
     os.close(fd)
-    os.replace(tmp, path)
-    if durable:
-        sync_dir(path.parent)
+    return tmp
+
+
+SYNC_THREADS = 16  # fsyncs at once in a batch: the journal serves them with a few commits
+
+
+def sync_files(paths: Iterable[Path], directories: bool = False) -> dict[Path, OSError]:
+    """fsync each of `paths` (files, or `directories`), many at once from a pool of threads:
+    one after the other, each waits for a journal commit of its own (1000 records: 2.0 s);
+    together, one commit serves many (0.5 s). Returns the paths that failed, with why."""
+    flags = DIR_FLAGS if directories else os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+    def sync(path: Path) -> OSError | None:
+        try:
+            fd = os.open(path, flags)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            return e
+        return None
+
+    todo = list(dict.fromkeys(paths))
+    if len(todo) <= 1:
+        results = [sync(p) for p in todo]
+    else:
+        with ThreadPoolExecutor(min(SYNC_THREADS, len(todo)), "fsync") as pool:
+            results = list(pool.map(sync, todo))
+    return {p: e for p, e in zip(todo, results, strict=True) if e is not None}
 
 
 def create_file(path: Path, data: bytes, mode: int = 0o600) -> None:

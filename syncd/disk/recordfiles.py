@@ -20,7 +20,9 @@ filesystem's journal while frames queued (31 % of a standby's samples at 1000 bu
 Durable saves (freezes, intents) are made durable for real: chain fdatasync'ed, record
 fsynced, renamed, and the folder fsynced (disk/durable.py); the daemon runs them on a thread
 and waits for them before its next effect. Every save of a file carries an order number, so
-an older record queued for the worker never lands after a newer one.
+an older record queued for the worker never lands after a newer one. At a stop, the records
+that the disk does not hold durably yet are saved together (`save_all`): the same steps in the
+same order, each for every file at once, with the fsyncs from a pool of threads.
 """
 
 from __future__ import annotations
@@ -47,6 +49,28 @@ VERSION = 1
 
 FILE_PATHS = 10_000  # files whose record paths are kept made at most (cleared past that)
 NOTE_SIZE = 512  # bytes of an `.appending` note (longer only for very long node names)
+
+
+@dataclass(frozen=True, slots=True)
+class Save:
+    """One file's durable save in a batch (`save_all`). `chain` None: the chain file is kept
+    as it is; `rebuilt`: it is written whole."""
+    key: str
+    file: str
+    record: FileRecord
+    chain: list[bytes] | None
+    rebuilt: bool = False
+
+
+@dataclass
+class _Unsynced:
+    """A file of a `save_all` batch between its steps."""
+    key: str
+    file: str
+    chain_tmp: Path | None  # the chain, written whole; None: appended in place, or kept
+    meta_tmp: Path
+    chain_count: int | None  # chain values on disk once done; None: the chain file kept
+    to_sync: list[Path]
 
 
 @dataclass
@@ -204,17 +228,73 @@ class RecordFiles:
                 if durable:
                     os.fdatasync(f.fileno())
         self._chain_written[(key, file)] = count
-        meta = {
-            "version": VERSION, "size": record.size, "digest": record.digest.hex(),
-            "file_size": record.file_size, "dev": record.dev, "ino": record.ino,
-            "mtime_ns": record.mtime_ns, "ctime_ns": record.ctime_ns,
-            "partial": record.partial.hex(),
-            "freeze": record.freeze.to_json() if record.freeze else None,
-            "diverged_peers": {k: v.to_json() for k, v in record.diverged_peers.items()},
-            "note": record.note,
-            "intent": list(record.intent) if record.intent else None,
-        }
-        _atomic_write(meta_path, orjson.dumps(meta, option=orjson.OPT_INDENT_2), durable)
+        _atomic_write(meta_path, _meta_bytes(record), durable)
+
+    def save_all(self, saves: list[Save]) -> None:
+        """Durable saves of many files at once (the daemon's stop): as `save` does for each,
+        but each step for all files together, so that the fsyncs can run at once
+        (durable.sync_files): every file's bytes written, then synced; the chains' temp files
+        renamed and their folders synced; then the records' likewise. So a record never
+        names chain values that are not durable, as with `save`. A file that fails is
+        logged and left as it was on disk; the others go on."""
+        failed: dict[Path, OSError] = {}
+        with self._io:
+            batch = [b for save in saves if (b := self._write_unsynced(save, failed))]
+            failed |= durable_mod.sync_files(p for b in batch for p in b.to_sync)
+            for step in ("chain", "meta"):
+                batch = [b for b in batch if not any(p in failed for p in b.to_sync)]
+                folders = []
+                for b in batch:
+                    renamed = b.chain_tmp if step == "chain" else b.meta_tmp
+                    if renamed is None:
+                        continue
+                    final = renamed.with_name(renamed.name.removesuffix(".tmp"))
+                    try:
+                        os.replace(renamed, final)
+                    except OSError as renaming:
+                        failed[b.meta_tmp] = renaming
+                        continue
+                    folders.append(final.parent)
+                for folder, why in durable_mod.sync_files(folders, directories=True).items():
+                    failed |= {b.meta_tmp: why for b in batch if b.meta_tmp.parent == folder}
+            for b in batch:
+                if b.meta_tmp not in failed and b.chain_count is not None:
+                    self._chain_written[(b.key, b.file)] = b.chain_count
+        for path, why in failed.items():
+            shown = path.with_name(path.name.removesuffix(".tmp"))
+            log.error("cannot record the position in %s: %s", shown, why.strerror or why)
+
+    def _write_unsynced(self, save: Save, failed: dict[Path, OSError]) -> _Unsynced | None:
+        """`save_all`'s first step for one file: its chain's new values and its record's
+        temp file written, nothing synced or renamed. None: nothing to do, or it failed."""
+        key, file = save.key, save.file
+        order = self._supersede(key, file)
+        if order < self._done.get((key, file), -1):
+            return None
+        self._done[(key, file)] = order
+        meta_path, chain_path = self._paths(key, file)
+        chain_tmp, count, to_sync = None, None, []
+        try:
+            durable_mod.make_dirs(meta_path.parent)
+            if save.rebuilt:
+                self._chain_written.pop((key, file), None)
+            if save.chain is not None:
+                count = len(save.chain)
+                done = self._chain_written.get((key, file), 0)
+                if done > count or not chain_path.exists():
+                    done = 0
+                if not done:
+                    chain_tmp = durable_mod.write_temp(chain_path, b"".join(save.chain))
+                    to_sync.append(chain_tmp)
+                elif done < count:
+                    with chain_path.open("ab") as f:
+                        f.write(b"".join(save.chain[done:count]))
+                    to_sync.append(chain_path)
+            meta_tmp = durable_mod.write_temp(meta_path, _meta_bytes(save.record))
+        except OSError as e:
+            failed[meta_path] = e
+            return None
+        return _Unsynced(key, file, chain_tmp, meta_tmp, count, [*to_sync, meta_tmp])
 
     def note_appending(self, key: str, file: str, appending: Appending | None,
                        durable: bool = False) -> None:
@@ -267,6 +347,19 @@ def _appending(value: Any) -> Appending | None:
             and all(type(v) is int for v in value[1:4]) and isinstance(value[4], str)):
         return (value[0], value[1], value[2], value[3], value[4])
     return None
+
+
+def _meta_bytes(record: FileRecord) -> bytes:
+    return orjson.dumps({
+        "version": VERSION, "size": record.size, "digest": record.digest.hex(),
+        "file_size": record.file_size, "dev": record.dev, "ino": record.ino,
+        "mtime_ns": record.mtime_ns, "ctime_ns": record.ctime_ns,
+        "partial": record.partial.hex(),
+        "freeze": record.freeze.to_json() if record.freeze else None,
+        "diverged_peers": {k: v.to_json() for k, v in record.diverged_peers.items()},
+        "note": record.note,
+        "intent": list(record.intent) if record.intent else None,
+    }, option=orjson.OPT_INDENT_2)
 
 
 def _intent(value: Any) -> tuple[str, int, int, str] | None:

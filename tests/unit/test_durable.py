@@ -116,3 +116,14 @@ def test_records_and_notes_are_written_through_it(tmp_path: Path, fsyncs: list[s
     assert store.load_appending("k", "log.jsonl") == note
     store.note_appending("k", "log.jsonl", note, durable=True)
     assert fsyncs == [f"dir:{folder}"] and len(datasyncs) == 1  # its bytes, then its entry
+
+
+def test_files_synced_together_report_each_failure(tmp_path: Path) -> None:
+    paths = [tmp_path / f"f{i}" for i in range(20)]
+    for p in paths:
+        p.write_bytes(b"x")
+    missing = tmp_path / "gone"
+    failed = durable.sync_files([*paths, missing, paths[0]])
+    assert list(failed) == [missing] and isinstance(failed[missing], FileNotFoundError)
+    assert durable.sync_files([tmp_path], directories=True) == {}
+    assert list(durable.sync_files([paths[0]], directories=True)) == [paths[0]]  # not a folder

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import threading
+from collections.abc import Iterable
 from pathlib import Path
+
+import pytest
 
 from syncd.core.ledger import DIGEST_SIZE
 from syncd.core.records import FileRecord
-from syncd.disk.recordfiles import RecordFiles
+from syncd.disk import durable
+from syncd.disk.recordfiles import RecordFiles, Save
 
 F = "events.jsonl"
 
@@ -83,3 +88,67 @@ def test_the_range_being_appended_survives_a_restart(tmp_path: Path) -> None:
     store.note_appending("k", F, None)
     got = RecordFiles(tmp_path).load("k", F)
     assert got is not None and got[0].appending is None
+
+
+def test_a_stop_saves_every_file_at_once_and_each_loads_back(tmp_path: Path) -> None:
+    """save_all (the daemon's stop): new files, a grown chain, a rebuilt one, a kept one."""
+    store = RecordFiles(tmp_path)
+    store.save("grown", F, record(10), chain(1), durable=False)
+    store.save("rebuilt", F, record(30), chain(3))
+    store.save("kept", F, record(20), chain(2))
+    no_worker(store)
+    store.save_later("grown", F, record(15), chain(1))  # older than the stop's: dropped
+    store.save_all([
+        *(Save(f"new-{i}", F, record(i), chain(i)) for i in range(1, 40)),
+        Save("grown", F, record(40), chain(4)),
+        Save("rebuilt", F, record(7), chain(1, fill=1), rebuilt=True),
+        Save("kept", F, record(25), None),
+    ])
+    store.flush()
+    fresh = RecordFiles(tmp_path)
+    for i in range(1, 40):
+        got = fresh.load(f"new-{i}", F)
+        assert got is not None and got[0].size == i and got[1] == chain(i)
+    assert fresh.load("grown", F) == (record(40), chain(4))
+    assert fresh.load("rebuilt", F) == (record(7), chain(1, fill=1))
+    assert fresh.load("kept", F) == (record(25), chain(2))
+    assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_a_file_that_cannot_be_saved_at_a_stop_leaves_the_others_saved(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    store = RecordFiles(tmp_path)
+    store.save("bad", F, record(10), chain(1))
+    (tmp_path / "files" / "bad" / f"{F}.json.tmp").mkdir()  # its temp file cannot be made
+    store.save_all([Save("bad", F, record(20), chain(2)), Save("good", F, record(30), chain(3))])
+    assert loaded_size(tmp_path, "bad") == 10  # as it was
+    assert loaded_size(tmp_path, "good") == 30
+    assert "cannot record the position in" in caplog.text and "bad" in caplog.text
+
+
+def test_a_stop_syncs_each_file_before_its_rename_and_its_folder_after(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The order `save` keeps, batched: bytes synced, renamed, folder synced; chains first."""
+    calls: list[tuple[str, str]] = []
+    real_sync, real_replace = durable.sync_files, os.replace
+
+    def sync(paths: Iterable[Path], directories: bool = False) -> dict[Path, OSError]:
+        paths = list(paths)
+        calls.extend(("dir" if directories else "file", p.name) for p in paths)
+        return real_sync(paths, directories)
+
+    def replace(src: str | Path, dst: str | Path) -> None:
+        calls.append(("rename", Path(dst).name))
+        real_replace(src, dst)
+
+    store = RecordFiles(tmp_path)
+    store.save("a", F, record(10), chain(1))
+    monkeypatch.setattr(durable, "sync_files", sync)
+    monkeypatch.setattr(os, "replace", replace)
+    store.save_all([Save("a", F, record(20), chain(2)), Save("b", F, record(30), chain(3))])
+    assert calls == [
+        ("file", f"{F}.chain"), ("file", f"{F}.json.tmp"),  # a: chain appended in place
+        ("file", f"{F}.chain.tmp"), ("file", f"{F}.json.tmp"),  # b: new, written whole
+        ("rename", f"{F}.chain"), ("dir", "b"),
+        ("rename", f"{F}.json"), ("rename", f"{F}.json"), ("dir", "a"), ("dir", "b"),
+    ]

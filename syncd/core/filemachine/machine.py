@@ -138,6 +138,10 @@ class FileMachine:
         self.adoption: Adoption | None = None
         self.unsynced = 0  # bytes appended here but not yet fdatasync'ed
         self.record_dirty = False
+        # The record this run knows to be on disk, durable: loaded at start and still true,
+        # or the last durable save. A stop then has nothing to write (1000 idle keys: 1000
+        # fsynced records, 1.7 s on a quiet disk and tens of seconds on a busy one).
+        self._kept: FileRecord | None = None
         self.last_persist = float("-inf")
         self.last_announce = float("-inf")
         self.announce_due: float | None = None
@@ -442,6 +446,7 @@ class FileMachine:
         self._adopt_stat(st)
         self.position = Position(ledger.size, ledger.digest())
         self.record_dirty = recorded is None or not self._record_says_now(recorded)
+        self._kept = None if self.record_dirty else recorded
         self._enter(Mode.FROZEN if self.frozen else Mode.LIVE)
         out.append(LogCheck(restart=False))
         if self._rebuilt and ledger.size:
@@ -1181,13 +1186,20 @@ class FileMachine:
         (still loading, or local bytes not yet synced)."""
         if self.mode is Mode.LOADING or self.unsynced:
             return None
+        if self._kept is not None and not self._rebuilt and self._record_says_now(self._kept):
+            return None  # the disk holds it already, durably
         self.record_dirty = True
         return self._persist_record(durable=True)
+
+    def record_not_kept(self) -> None:
+        """The shell could not write a durable record: the next stop writes it again."""
+        self._kept = None
 
     def _persist_record(self, durable: bool) -> Persist:
         chain = self.ledger.chain if self.ledger is not None else None
         effect = Persist(self._record_now(), chain, durable=durable, rebuilt=self._rebuilt)
         self._rebuilt = False
+        self._kept = effect.record if durable else None
         return effect
 
     # --- freezing and locating ------------------------------------------------------------------
