@@ -58,11 +58,6 @@ SUBSCRIBE_TIMEOUT = 10.0
 _QUICKACK = getattr(socket, "TCP_QUICKACK", None)
 TOPIC_HEADS = 1024  # topics whose encoded form is kept (cleared past that)
 READS_PER_WAKE = 64  # MQTT packets read per wake-up at most: a burst costs one loop turn
-# Bytes of messages handled per wake-up at most (then the rest waits for the next turn): what
-# one turn's messages leave behind (answers batched until the turn ends, events for file
-# tasks that run after it, freed buffers the heap cannot reuse yet) grows with the bytes read
-# in it. 64 hostile frames of 1 MiB in one turn grew a victim's heap by up to 14 MiB.
-READ_BYTES_PER_WAKE = 4 << 20
 # Seconds of handling per wake-up at most: a peer's burst of heavy frames (manifests of
 # thousands of entries cost 0.2-0.5 s each) must let the loop turn, or nothing else runs.
 READ_BUDGET = 0.05
@@ -97,7 +92,6 @@ class Session:
         self._sock: Any = None
         self._writing = False
         self._reading = False  # inside paho's loop_read (and so inside its callbacks)
-        self._read_bytes = 0  # bytes of messages handled in this wake-up
         self._abandoned = False  # open() gave up while the thread was still connecting
         self._misc: asyncio.TimerHandle | None = None
         c = BufferedClient(CallbackAPIVersion.VERSION2, client_id=config.client_id,
@@ -117,7 +111,7 @@ class Session:
         c.on_disconnect = self._lost
         c.on_subscribe = self._suback
         c.on_publish = self._puback
-        c.on_message = self._message
+        c.on_message = lambda _c, _u, msg: on_message(msg.topic, bytes(msg.payload))
         c.on_socket_close = lambda _c, _u, _s: self._unwatch()
         self._client = c
 
@@ -269,15 +263,9 @@ class Session:
 
     # --- paho, driven from the loop -------------------------------------------------------
 
-    def _message(self, _c: Any, _u: Any, msg: paho.MQTTMessage) -> None:
-        payload = bytes(msg.payload)
-        self._read_bytes += len(payload)
-        self._on_message(msg.topic, payload)
-
     def _readable(self) -> None:
         c = self._client
         self._reading = True
-        self._read_bytes = 0
         until = time.monotonic() + READ_BUDGET
         try:
             for n in range(READS_PER_WAKE):
@@ -289,8 +277,7 @@ class Session:
                 if not (c.buffered() or _unread(self._sock)
                         or getattr(self._sock, "pending", _nothing)()):
                     break
-                if (n == READS_PER_WAKE - 1 or self._read_bytes >= READ_BYTES_PER_WAKE
-                        or time.monotonic() >= until):
+                if n == READS_PER_WAKE - 1 or time.monotonic() >= until:
                     # Go on at the next turn: what is buffered would not wake the selector.
                     asyncio.get_running_loop().call_soon(self._read_more)
                     break
