@@ -97,6 +97,10 @@ async def _run(node: Host) -> None:
         from syncd.ops import memtrace  # tracemalloc and pickle, imported only to trace
 
         memtrace.install()
+    if os.environ.get("SYNCD_MEMLOG"):  # a line of memory figures every 0.2 s (ops/memtrace.py)
+        from syncd.ops import memtrace
+
+        memtrace.log_memory(node, Path(os.environ["SYNCD_MEMLOG"]))
     trimmer = loop.create_task(allocator.keep_trimmed())  # free heap pages back (ops/allocator.py)
     stall.watch(loop)  # a loop that stops turning prints where it is stuck (ops/stall.py)
     try:

@@ -56,13 +56,14 @@ def block_start(offset: int) -> int:
 class Ledger:
     """Size and prefix digests of one copy. Only grows: `extend` is the one way to change it."""
 
-    __slots__ = ("_chain", "_digest", "_ends_line", "_frames", "_line_start", "_partial",
-                 "_size", "_tail")
+    __slots__ = ("_chain", "_digest", "_ends_line", "_frames", "_keep", "_line_start",
+                 "_partial", "_size", "_tail")
 
     def __init__(self, records: str = LINES) -> None:
         self._chain: list[bytes] = [ZERO_CHAIN]
         self._partial = hashlib.sha256()
         self._tail: bytearray | None = bytearray()  # None: not kept (restored without it)
+        self._keep = True  # the next partial block's bytes are kept (see forget_tail)
         self._size = 0
         self._digest: bytes | None = None  # digest() until the next extend
         # Where the last line (finished or not) begins, and whether our bytes end with a
@@ -115,7 +116,7 @@ class Ledger:
                     hashlib.sha256(self._chain[-1] + self._partial.digest()).digest()
                 )
                 self._partial = hashlib.sha256()
-                self._tail = bytearray()
+                self._tail = bytearray() if self._keep else None
 
     def digest(self) -> bytes:
         """Digest of the whole prefix this ledger covers (O(1), and kept until it grows: a
@@ -149,6 +150,14 @@ class Ledger:
         if self._tail is None:
             raise ValueError("the partial block's bytes are not kept (restored without them)")
         return bytes(self._tail)
+
+    def forget_tail(self) -> None:
+        """Keep no partial block's bytes from now on, as a restored ledger does not keep its
+        own (the module's docstring): for a copy whose bytes only peers write, a key made on
+        a peer's word, where up to BLOCK bytes per key would be held on that peer's word
+        (docs/peer-limits.md)."""
+        self._keep = False
+        self._tail = None
 
     @property
     def known_tail(self) -> bytes | None:

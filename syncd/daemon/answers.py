@@ -15,10 +15,13 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from syncd.core.budget import Holdings
-from syncd.core.events import Event
+
+# A request that waits: a file task's event (core/events.py) or a resource machine's
+# (a manifest request, core/resources), given back to whoever it came from.
+Event = Any
 
 # Bytes answered to one peer and not yet acknowledged, past which its next request waits.
 # One fetch window more may be read past it (the request under way), so at most about

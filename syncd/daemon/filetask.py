@@ -51,6 +51,7 @@ from syncd.core.events import (
     LookAgain,
     NoteAppending,
     PeerForgotten,
+    PeerProbe,
     PeerRequest,
     Persist,
     Reassess,
@@ -240,7 +241,7 @@ class FileTask:
         self._held[id(event)] = (peer, size)
         self.deliver(event)
 
-    def _answer_waits(self, event: PeerRequest) -> bool:
+    def _answer_waits(self, event: PeerRequest | PeerProbe) -> bool:
         """Whether a peer's request for bytes waits (or is dropped) while what we answered
         that peer is still in flight (daemon/answers.py)."""
         waits = self.host.answers.wait(event.peer, self, event)
@@ -395,7 +396,9 @@ class FileTask:
                 event = self._inbox.popleft()
                 if self._held:
                     self._release(event)
-                if isinstance(event, PeerRequest) and self._answer_waits(event):
+                # Requests for bytes, and probes (up to 256 KiB of digests each): read only
+                # while the answers to that peer in flight stay under the bound (answers.py).
+                if isinstance(event, PeerRequest | PeerProbe) and self._answer_waits(event):
                     continue
             try:
                 await self._handle(event)

@@ -42,7 +42,7 @@ from syncd.core.roots import MAX_DEPTH, KeyPathError
 from syncd.core.telemetry import Telemetry
 from syncd.core.unsafe import UnsafePaths
 from syncd.daemon import hoststatus, reload
-from syncd.daemon.answers import Answers
+from syncd.daemon.answers import Answering, Answers
 from syncd.daemon.filetask import FileTask
 from syncd.daemon.freespace import FreeSpace
 from syncd.daemon.gate import FrameGate
@@ -215,6 +215,9 @@ class Host:
 
     async def answer_room(self, peer: str) -> None:
         await self.answers.room(peer)
+
+    def answer_waits(self, peer: str, task: Answering, event: object) -> bool | None:
+        return self.answers.wait(peer, task, event)
 
     def asked_by(self, peer: str) -> None:
         self.outbound.asked_by(peer)

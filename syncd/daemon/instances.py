@@ -88,6 +88,10 @@ class Instances:
                     return None
                 self.made_by[key] = peer
             r = FileTask(self.host, key, file, spot / file)
+            if key in self.made_by:
+                # Its bytes are a peer's: the partial block's bytes (up to 64 KiB a key, on
+                # that peer's word) are not kept, as after a restart (core/ledger.py).
+                r.machine.keep_tails = False
             self.tasks[(key, file)] = r
             self.by_path[str(r.path)] = r
             self.keyspace.add(key)

@@ -27,6 +27,7 @@ from syncd.core.names import printable
 from syncd.core.resources import (
     ENTRIES_PER_ITEM,
     Connected,
+    Event,
     PeerBounds,
     PeerItem,
     PeerManifest,
@@ -36,6 +37,7 @@ from syncd.core.resources import (
 )
 from syncd.core.roots import KeyPathError
 from syncd.core.spot import Spot
+from syncd.daemon.answers import Answering
 from syncd.daemon.resourcefiles import ResourceFiles, ResourceHost
 from syncd.disk import tree
 from syncd.disk.recordfiles import RecordFiles
@@ -58,6 +60,24 @@ SWEEP_INSTANCES = 100  # instances looked at per sweep, round-robin, with inotif
 RESOURCE_WINDOW_CHUNKS = 8
 
 
+class _ListAnswer:
+    """A manifest request that waited for the answers in flight (answers.py): given to its
+    instance's resources once they may go."""
+
+    def __init__(self, hub: ResourceHub, key: str) -> None:
+        self._hub, self._key = hub, key
+
+    @property
+    def running(self) -> bool:
+        return self._key in self._hub.files
+
+    def deliver_held(self, event: Event, peer: str, size: int) -> None:
+        self._hub.host.holdings.give(peer, size)  # taken by Answers.wait
+        r = self._hub.files.get(self._key)
+        if r is not None:
+            r.deliver(event)
+
+
 class HubHost(ResourceHost, Protocol):
     config: Config
     records: RecordFiles
@@ -75,6 +95,10 @@ class HubHost(ResourceHost, Protocol):
 
     def charge(self, peer: str, cost: int) -> bool:
         """Whether `peer`'s request that sends `cost` bytes is within its budget (paid)."""
+
+    def answer_waits(self, peer: str, task: Answering, event: Event) -> bool | None:
+        """Whether `peer`'s request must wait while its answers are in flight (None: it
+        cannot, dropped); daemon/answers.py."""
 
     def refused(self, peer: str, reason: str, what: str, n: int = 1) -> None:
         """Count (and log, at most once a minute per peer and reason) refused items."""
@@ -162,7 +186,20 @@ class ResourceHub:
         if not r.loaded and not self._hold_until_loaded(item.key, sender, p):
             self.dropped += 1
             return
-        r.deliver(PeerItem(sender, p))
+        event = PeerItem(sender, p)
+        if isinstance(p, frames.ResList) and r.loaded:
+            # Our whole manifest, sent at once: read only while what we answered that peer
+            # is not in flight past the bound, as a request for bytes (daemon/answers.py).
+            # A frame of 300 RLIST items of other digests made 300 answers at once, all
+            # batched, sealed and held by paho before any was written.
+            waits = self.host.answer_waits(sender, _ListAnswer(self, item.key), event)
+            if waits is None:
+                self.host.refused(sender, "peer_bytes", "manifest requests waiting for answers")
+                self.dropped += 1
+                return
+            if waits:
+                return
+        r.deliver(event)
 
     def _cost(self, r: ResourceFiles, p: frames.Payload) -> int | None:
         """Bytes a request makes us send (None: it is no request): what the machine answers,

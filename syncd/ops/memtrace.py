@@ -24,6 +24,7 @@ import json
 import os
 import signal
 import sys
+import time
 import tracemalloc
 import types
 from pathlib import Path
@@ -143,3 +144,48 @@ def _owners(host: object, out: TextIO) -> None:
     out.write("\nhost, the rest\n")
     for attr, n in sums.most_common(20):
         out.write(f"{n:12d} host.{attr}\n")
+
+
+MEMLOG = "SYNCD_MEMLOG"
+
+
+def log_memory(host: object, path: Path, every: float = 0.2) -> None:
+    """SYNCD_MEMLOG=<file>: a thread writes, every `every` seconds, a line of what memory the
+    daemon holds and where it waits: wall time, VmRSS, glibc's heap (in use, free, mapped
+    apart), pymalloc's allocated blocks, bytes unacknowledged by the broker, paho's unwritten
+    packets (count, bytes), items batched in the outbox (count, bytes) and what each peer's
+    frames hold (Holdings). Cheap (no object walk): for a per-second trace of a long run, to
+    see when RSS peaks and what is queued then (docs/peer-limits.md)."""
+    import threading
+
+    def figures() -> str:
+        with open("/proc/self/status") as f:
+            rss = next((line.split()[1] for line in f if line.startswith("VmRSS:")), "0")
+        h = allocator.heap()
+        link = getattr(host, "link", None)
+        session = getattr(link, "_session", None)
+        client = getattr(session, "_client", None)
+        out = list(getattr(client, "_out_packet", ()) or ())
+        unwritten = sum(int(p.get("to_process", 0)) for p in out)
+        outbox = getattr(getattr(host, "outbound", None), "outbox", None)
+        queued = list(getattr(outbox, "_queued", {}).values())
+        items = [i for _, batch in queued for i in list(batch)]
+        held = dict(getattr(getattr(host, "holdings", None), "held", {}))
+        return (f"{time.time():.2f} rss={rss} used={h.get('uordblks', 0) >> 10} "
+                f"free={h.get('fordblks', 0) >> 10} mapped={h.get('hblkhd', 0) >> 10} "
+                f"blocks={sys.getallocatedblocks()} acked_wait={getattr(link, 'queued', 0) >> 10} "
+                f"paho={len(out)}/{unwritten >> 10} outbox={len(items)}/"
+                f"{sum(i.size for i in items) >> 10} held="
+                + ",".join(f"{p}:{n >> 10}" for p, n in sorted(held.items())) + "\n")
+
+    def run() -> None:
+        with open(path, "a") as f:
+            while True:
+                try:
+                    f.write(figures())
+                    f.flush()
+                except Exception as e:  # a diagnosis must not take the daemon down
+                    f.write(f"{time.time():.2f} error {e!r}\n")
+                time.sleep(every)
+
+    threading.Thread(target=run, name="memlog", daemon=True).start()

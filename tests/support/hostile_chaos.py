@@ -190,6 +190,10 @@ class Mallory:
         self.x, self.rng, self.summary, self.victims = x, rng, summary, victims
         self.new_keys = 0
         self.conn = 1
+        # CHAOS_FRAME_LOG=<file>: one line per frame of x (time, kind, items, addressee,
+        # bytes), to match a victim's memory trace against what x sent then.
+        where = os.environ.get("CHAOS_FRAME_LOG", "")
+        self.frame_log = open(where, "a") if where else None  # noqa: SIM115
 
     # -- names -------------------------------------------------------------------------------
 
@@ -317,11 +321,16 @@ class Mallory:
         if kind is Kind.POS and r.random() < 0.5:
             self.x.position(items[0], retain=r.random() < 0.1)
             items = items[:1]
+            to = "all"
         elif kind in (Kind.POS, Kind.LIVE, Kind.RSUM) or (kind is Kind.RHAVE
                                                            and r.random() < 0.5):
             self.x.batch(*items)
+            to = "all"
         else:
-            self.x.to(r.choice(self.victims), *items)
+            to = r.choice(self.victims)
+            self.x.to(to, *items)
+        if self.frame_log is not None:
+            self.frame_log.write(f"{time.time():.2f} {kind.value} {len(items)} {to} {size}\n")
         self.summary.frames[kind.value] += 1
         self.summary.items += len(items)
 
@@ -349,6 +358,13 @@ class HostileChaos(Chaos):
         if self.traced:
             where = os.environ.get("CHAOS_TRACE_DIR", str(root / "trace"))
             self.daemons[self.traced].env["SYNCD_TRACEMALLOC"] = where
+        # CHAOS_MEMLOG_DIR=<dir>: every daemon writes <dir>/<node>.mem, a line of its memory
+        # figures every 0.2 s (SYNCD_MEMLOG, ops/memtrace.py), at no cost worth counting.
+        memlog = os.environ.get("CHAOS_MEMLOG_DIR", "")
+        if memlog:
+            Path(memlog).mkdir(parents=True, exist_ok=True)
+            for node, d in self.daemons.items():
+                d.env["SYNCD_MEMLOG"] = str(Path(memlog) / f"{node}.mem")
 
     # -- canaries and secrets ----------------------------------------------------------------
 

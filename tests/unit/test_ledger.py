@@ -158,3 +158,25 @@ def test_a_ledger_restored_without_its_partial_bytes_checks_and_grows_alike(
     filled = block_start(len(data)) != block_start(len(data) + len(more))
     assert (lean.known_tail == kept.tail) if filled else lean.known_tail is None
     assert lean.matches_end((data + more)[lean.recheck_start():])
+
+
+@given(data=st.binary(min_size=0, max_size=2 * BLOCK + 100),
+       more=st.binary(min_size=1, max_size=2 * BLOCK + 10))
+def test_a_ledger_that_forgets_its_tail_checks_and_grows_alike_and_keeps_none(
+        data: bytes, more: bytes) -> None:
+    """A key made on a peer's word keeps no partial block's bytes (up to 64 KiB a key): not
+    now, and not after the block fills up either; digests and checks are the same."""
+    kept, lean = Ledger(), Ledger()
+    kept.extend(data)
+    lean.extend(data)
+    lean.forget_tail()
+    assert lean.digest() == kept.digest() and lean.known_tail is None
+    lean.extend(more)
+    kept.extend(more)
+    assert lean.digest() == kept.digest() == digest_of(data + more)
+    assert lean.known_tail is None
+    assert lean.matches_end((data + more)[lean.recheck_start():])
+    whole = data + more
+    if len(whole) % BLOCK:
+        edited = whole[:-1] + bytes([whole[-1] ^ 1])
+        assert not lean.matches_end(edited[lean.recheck_start():])

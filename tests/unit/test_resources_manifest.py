@@ -3,12 +3,16 @@ a peer's kept within its bounds, driven directly, without the machine."""
 
 from __future__ import annotations
 
+import gc
 import hashlib
+import os
+import tracemalloc
 
 from syncd.core.budget import Holdings
 from syncd.core.frames import ResEntry
 from syncd.core.resources.manifest import (
     ENTRIES_PER_ITEM,
+    Entries,
     PeerBounds,
     PeerManifest,
     entry_cost,
@@ -99,3 +103,40 @@ def test_parts_are_kept_only_when_asked_and_within_bounds() -> None:
     assert view.add_part("p", 0, 2, one, b) and view.add_part("p", 1, 2, one[:1], b)
     view.drop_parts("p", b)
     assert view.parts == {} and view.parts_of == 0 and view.held == 0
+
+
+def test_a_view_keeps_entries_packed_and_gives_back_the_same_entries() -> None:
+    kept = Entries()
+    es = [entry("artifacts/a.log", b"a"), entry("artifacts/é.json", b"b", 7, "a"),
+          ResEntry("assets/big", (1 << 63) - 1, bytes(32), 1 << 62, "x"),
+          ResEntry("odd", 1 << 70, b"", 0, "")]  # no frame carries it: kept as it is
+    for e in es:
+        kept[e.name] = e
+    assert [kept[e.name] for e in es] == es and len(kept) == 4
+    assert "odd" in kept and "other" not in kept and kept.get("other") is None
+    kept["artifacts/a.log"] = entry("artifacts/a.log", b"newer", 1, "b")
+    assert kept["artifacts/a.log"] == entry("artifacts/a.log", b"newer", 1, "b")
+    del kept["odd"]
+    assert sorted(kept) == ["artifacts/a.log", "artifacts/é.json", "assets/big"]
+
+
+def test_a_view_of_hostile_entries_holds_less_than_it_is_charged() -> None:
+    """What max_peer_bytes charges for an entry (ENTRY_COST and its name) is at least what
+    the view holds for it, with a hostile peer's numbers (docs/peer-limits.md)."""
+    n = 5000
+    tracemalloc.start()
+    try:
+        view = Entries()
+        charged = 0
+        for i in range(n):
+            e = ResEntry(f"artifacts/x/{i:06d}", (1 << 63) - 1 - i, os.urandom(32),
+                         (1 << 62) + i, "x")
+            charged += entry_cost(e)
+            view[e.name] = e
+        del e
+        gc.collect()
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(view) == n
+    assert held < charged

@@ -115,6 +115,9 @@ class FileMachine:
         self.tuning = tuning
         self.mode = Mode.LOADING
         self.ledger: Ledger | None = None
+        # False: the partial block's bytes are not kept (Ledger.forget_tail), for a key made
+        # on a peer's word (daemon/instances.py).
+        self.keep_tails = True
         self.position = Position.empty()  # what we announce: durable bytes only
         self.inode: tuple[int, int] | None = None
         self.seen: tuple[int, int] | None = None  # (size, mtime) at the last look
@@ -439,7 +442,7 @@ class FileMachine:
         restart with 1000 idle keys, 1000 identical records written by the records thread
         held up the loads, which share its lock)."""
         self._record = None
-        self.ledger = ledger
+        self._hold(ledger)
         self._adopt_stat(st)
         self.position = Position(ledger.size, ledger.digest())
         self.record_dirty = recorded is None or not self._record_says_now(recorded)
@@ -684,7 +687,7 @@ class FileMachine:
         old bytes see a divergence (and us see theirs), while a peer that never had them may
         still fast-forward. That is the reconcile rule, applied to the copy we hold.
         """
-        self.ledger = fresh
+        self._hold(fresh)
         self._rebuilt = True
         self._adopt_stat(st)
         self.position = Position(fresh.size, fresh.digest())
@@ -1381,10 +1384,15 @@ class FileMachine:
         if ad is not None:
             out.append(adoption.finished(ad.ticket, self.file, None, self.position.size))
 
+    def _hold(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+        if not self.keep_tails:
+            ledger.forget_tail()
+
     def _new_history(self, ledger: Ledger, st: Stat | None, out: list[Effect]) -> None:
         """The operator replaced this copy's history (adopt, or keep the local copy): forget
         all that was learned about the old one, from freezes to what each peer was shown."""
-        self.ledger = ledger
+        self._hold(ledger)
         self._rebuilt = True
         self.freeze, self.diverged, self.note, self.intent = None, {}, None, None
         self.appending = None
