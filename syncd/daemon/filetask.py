@@ -215,11 +215,10 @@ class FileTask:
                 await self._task
             self._task = None
         # Shutting down: record the position now if it may be recorded at all.
-        if (record := self.machine.record_at_shutdown()) is None:
-            pass
-        elif saves is not None:
+        record = self.machine.record_at_shutdown()
+        if record is not None and saves is not None:
             saves.append(Save(self.key, self.file, record.record, record.chain, record.rebuilt))
-        else:
+        elif record is not None:
             with contextlib.suppress(OSError):
                 await self._persist(record)
         await self.checks.close()

@@ -215,9 +215,7 @@ class RecordFiles:
         self._done[(key, file)] = order
         meta_path, chain_path = self._paths(key, file)
         durable_mod.make_dirs(meta_path.parent)  # a new key's folder: durable in files/
-        written = self._chain_written.get((key, file), 0)
-        if written > count or not chain_path.exists():
-            written = 0
+        written = self._chain_on_disk(key, file, count, chain_path)
         mode = "ab" if written else "wb"
         if mode == "wb":
             _atomic_write(chain_path, b"".join(chain[:count]), durable)
@@ -229,6 +227,12 @@ class RecordFiles:
                     os.fdatasync(f.fileno())
         self._chain_written[(key, file)] = count
         _atomic_write(meta_path, _meta_bytes(record), durable)
+
+    def _chain_on_disk(self, key: str, file: str, count: int, chain_path: Path) -> int:
+        """Chain values already in the chain file that a save of `count` values may append
+        to; 0: the file is written whole (gone, or it holds more than this save's history)."""
+        written = self._chain_written.get((key, file), 0)
+        return 0 if written > count or not chain_path.exists() else written
 
     def save_all(self, saves: list[Save]) -> None:
         """Durable saves of many files at once (the daemon's stop): as `save` does for each,
@@ -280,9 +284,7 @@ class RecordFiles:
                 self._chain_written.pop((key, file), None)
             if save.chain is not None:
                 count = len(save.chain)
-                done = self._chain_written.get((key, file), 0)
-                if done > count or not chain_path.exists():
-                    done = 0
+                done = self._chain_on_disk(key, file, count, chain_path)
                 if not done:
                     chain_tmp = durable_mod.write_temp(chain_path, b"".join(save.chain))
                     to_sync.append(chain_tmp)
