@@ -72,6 +72,10 @@ ROLES = ("symmetric", "source", "replica")
 SETTLE_DEFAULTS: tuple[tuple[str, float], ...] = (("session.jsonl", 0.05),
                                                   ("session.jsonl.zstd", 0.05))
 SETTLE_MAX = 5.0
+# Default largest frame of bytes answering a fetch: a catch-up pays per frame, so answers go
+# in frames four times chunk_bytes' default, yet with room for the header, the key wrap and
+# the topic below the 1 MiB packet limits of the shipped Mosquitto config, NATS and EMQX.
+FILL_BYTES = 1000 * 1024
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,9 @@ class Config:
     exclude: tuple[str, ...] = ()
     keys: dict[str, KeyConfig] = field(default_factory=dict)
     chunk_bytes: int = 256 * 1024
+    # Largest frame of bytes answering a fetch (a catch-up): FILL_BYTES unless chunk_bytes is
+    # set, then chunk_bytes (an operator who sized frames for a broker keeps that bound).
+    fill_bytes: int = FILL_BYTES
     fetch_window_bytes: int = 4 * 1024 * 1024
     watch: bool = True
     sweep_interval: float = 1.0
@@ -218,7 +225,7 @@ class Config:
 _TOP = {
     "node", "runtimes_dir", "state_dir", "secret_file", "identity_file", "peers", "files",
     "include", "exclude",
-    "chunk_bytes", "fetch_window_bytes", "sweep_interval", "scrub_bytes_per_second",
+    "chunk_bytes", "fill_bytes", "fetch_window_bytes", "sweep_interval", "scrub_bytes_per_second",
     "scrub_interval", "persist_interval", "request_timeout", "mqtt", "keys", "role", "watch",
     "metrics", "roots", "admin_group", "limits", "resources", "batch_window", "records",
     "settle",
@@ -455,6 +462,8 @@ def parse_config(data: dict[str, Any], path: Path, text: str = "") -> Config:
                                settle=key_settle)
 
     chunk = top.integer("chunk_bytes", 256 * 1024, 4096, 16 * 1024 * 1024)
+    fill = top.integer("fill_bytes", chunk if "chunk_bytes" in top.table else FILL_BYTES,
+                       chunk, 16 * 1024 * 1024)
     return Config(
         node=node,
         roots=roots,
@@ -469,7 +478,8 @@ def parse_config(data: dict[str, Any], path: Path, text: str = "") -> Config:
         exclude=top.globs("exclude", ()),
         keys=keys,
         chunk_bytes=chunk,
-        fetch_window_bytes=top.integer("fetch_window_bytes", max(16 * chunk, 4 << 20), chunk,
+        fill_bytes=fill,
+        fetch_window_bytes=top.integer("fetch_window_bytes", max(16 * fill, 4 << 20), chunk,
                                    1 << 30),
         watch=top.flag("watch", True),
         sweep_interval=top.number("sweep_interval", 1.0, 0.05, 3600),

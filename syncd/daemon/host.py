@@ -149,7 +149,8 @@ class Host:
     # has one place to change.
     def tuning(self) -> Tuning:
         c = self.config
-        return Tuning(chunk_bytes=c.chunk_bytes, fetch_window=c.fetch_window_bytes,
+        return Tuning(chunk_bytes=c.chunk_bytes, fill_bytes=c.fill_bytes,
+                      fetch_window=c.fetch_window_bytes,
                       request_timeout=c.request_timeout, persist_interval=c.persist_interval)
 
     def is_online(self, node: str) -> bool:

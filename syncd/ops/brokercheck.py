@@ -52,9 +52,19 @@ class BrokerProblem(SyncdError):
 
 
 def largest_frame(config: Config) -> int:
-    """A frame for every listed peer at once, wrapped for each of them."""
+    """The larger of a frame for every listed peer at once, wrapped for each of them, and an
+    answer to a fetch (fill_bytes, for one recipient)."""
     recipients = len(set(config.peers) - {config.node})
-    return config.chunk_bytes + FRAME_OVERHEAD + sealed.overhead(recipients)
+    return FRAME_OVERHEAD + max(config.chunk_bytes + sealed.overhead(recipients),
+                                config.fill_bytes + sealed.overhead(1))
+
+
+def largest_bound(config: Config) -> tuple[str, int]:
+    """The setting that bounds the largest frame, and its value."""
+    recipients = len(set(config.peers) - {config.node})
+    if config.fill_bytes + sealed.overhead(1) > config.chunk_bytes + sealed.overhead(recipients):
+        return "fill_bytes", config.fill_bytes
+    return "chunk_bytes", config.chunk_bytes
 
 
 def classify_connect_error(error: BaseException) -> str:
@@ -148,17 +158,18 @@ async def check(config: Config, wait: float = 5.0, endpoint: Broker | None = Non
                 "config/mosquitto.acl; Mosquitto logs 'Denied PUBLISH' with log_type debug)"))
         passed.append("live probe published and read back")
         size = largest_frame(config)
+        bound, data = largest_bound(config)
         try:
             got = await _round_trip(client, live_topic, b"x" * size, wait)
         except aiomqtt.MqttError:
             got = None
         if got is None:
             raise BrokerProblem("packet_limit", (
-                f"a probe of {size} bytes (chunk_bytes {config.chunk_bytes} + "
-                f"{size - config.chunk_bytes} of headers and key wraps) was refused or "
+                f"a probe of {size} bytes ({bound} {data} + "
+                f"{size - data} of headers and key wraps) was refused or "
                 "dropped: the broker's packet limit is below syncd's largest frame; raise "
                 "max_packet_size (Mosquitto) above "
-                f"{size + 8192} or lower chunk_bytes"))
+                f"{size + 8192} or lower {bound}"))
         passed.append(f"largest frame ({size} bytes) accepted")
         # Read back through a wildcard filter, as syncd reads presence and positions
         # (P/n/+, P/p/<peer>/+/+): a broker may keep retained messages and hand them only to

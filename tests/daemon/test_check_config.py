@@ -239,8 +239,11 @@ def test_broker_check_names_a_packet_limit_below_the_largest_frame(tmp_path: Pat
     try:
         result = check_broker(broker_config(tmp_path, broker))
         assert result.exit_code == 1, result.output
-        # chunk_bytes 262144 + 4167 of headers + 48 for host-b's key wrap + the 16-byte tag
-        assert "broker check failed: packet_limit: a probe of 266375 bytes" in result.stderr
+        # fill_bytes 1024000 (a catch-up's answers) + 4167 of headers + 48 for host-b's key
+        # wrap + the 16-byte tag
+        assert ("broker check failed: packet_limit: a probe of 1028231 bytes (fill_bytes "
+                "1024000 + 4231 of headers and key wraps)") in result.stderr
+        assert "or lower fill_bytes" in result.stderr
         # Frames that fit pass.
         small = broker_config(tmp_path / "small", broker)
         small.write_text(small.read_text().replace("[mqtt]", "chunk_bytes = 65536\n[mqtt]"))

@@ -34,6 +34,9 @@ def test_minimal_config_and_defaults(tmp_path: Path) -> None:
     assert c.client_id == "syncd-host-a"
     assert c.files == ("events.jsonl",)
     assert c.chunk_bytes < 1 << 20  # below EMQX's default 1 MB packet cap
+    # A catch-up's answers in larger frames, with room for their headers below 1 MiB.
+    assert c.fill_bytes == 1000 * 1024 and c.fill_bytes + 8192 < 1 << 20
+    assert c.fetch_window_bytes == 16 * c.fill_bytes
     assert c.wants_key("bot-1") and not c.wants_key("..") and not c.wants_key("a//b")
     assert c.wants_key(".x")  # the writer may create it: a name like any other
     assert c.identity_file == tmp_path / "identity.key"  # as given, relative to the config
@@ -172,3 +175,16 @@ def test_resources_errors_name_the_key(tmp_path: Path, text: str, message: str) 
     with pytest.raises(ConfigError) as e:
         load_config(write(tmp_path, body + "\n" + text if text.startswith("[") else body))
     assert message in str(e.value)
+
+
+def test_fill_bytes_follows_an_operators_chunk_bytes(tmp_path: Path) -> None:
+    # chunk_bytes set for a broker's packet limit bounds a catch-up's answers too...
+    c = load_config(write(tmp_path, GOOD.replace("[mqtt]", "chunk_bytes = 65536\n[mqtt]")))
+    assert (c.chunk_bytes, c.fill_bytes, c.fetch_window_bytes) == (65536, 65536, 4 << 20)
+    # ...unless fill_bytes says otherwise, never below chunk_bytes.
+    c = load_config(write(tmp_path, GOOD.replace(
+        "[mqtt]", "chunk_bytes = 65536\nfill_bytes = 131072\n[mqtt]")))
+    assert (c.fill_bytes, c.fetch_window_bytes) == (131072, 4 << 20)
+    with pytest.raises(ConfigError, match="fill_bytes: must be between 65536 and"):
+        load_config(write(tmp_path, GOOD.replace(
+            "[mqtt]", "chunk_bytes = 65536\nfill_bytes = 4096\n[mqtt]")))

@@ -159,6 +159,27 @@ def test_serving_checks_the_bytes_against_the_ledger_first() -> None:
     assert any(isinstance(e, Rehash) for e in out)
 
 
+def test_answers_to_a_fetch_go_in_frames_of_fill_bytes_live_bytes_in_chunk_bytes() -> None:
+    m = FileMachine("a", "k", "events.jsonl", "symmetric",
+                    Tuning(chunk_bytes=4096, fill_bytes=16384), online={"b": True})
+    f = File(b"")
+    feed(m, f, Loaded(None, []))
+    feed(m, f, Look())
+    record = b'{"id": "%05d", "pad": "' + b"x" * 80 + b'"}\n'
+    data = b"".join(record % i for i in range(600))  # ~60 KiB
+    f.write(data)
+    live_frames = [e.payload.data for e in sent(feed(m, f, Look(), now=2.0), Kind.LIVE)]
+    assert b"".join(live_frames) == data and max(map(len, live_frames)) <= 4096
+    out = feed(m, f, PeerRequest("b", Request(0, Position.empty().digest, 0, 1 << 20)), 3.0)
+    fills = [e.payload for e in sent(out, Kind.FILL)]
+    assert b"".join(d.data for d in fills) == data
+    assert 4096 < max(len(d.data) for d in fills) <= 16384 and len(fills) == 4
+    for d in fills:
+        assert d.data.endswith(b"\n") and d.base == digest_of(data[: d.offset])
+    # Never fewer bytes a frame than chunk_bytes.
+    assert Tuning(chunk_bytes=4096).fill == Tuning(chunk_bytes=4096, fill_bytes=100).fill == 4096
+
+
 # --- a divergence isolates one peer (#13) ----------------------------------------------------
 
 BOGUS = Announce(5, bytes(32))  # a listed host claims a copy whose prefix is not ours

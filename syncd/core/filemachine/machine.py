@@ -978,7 +978,7 @@ class FileMachine:
     def _serve(self, peer: str, r: Request, snap: Snapshot, out: list[Effect]) -> None:
         assert self.ledger is not None
         sent = serving.serve(self.ledger, r, snap, peer, seen=self.seen, inode=self.inode,
-                             window=self.tuning.fetch_window, chunk=self.tuning.chunk_bytes,
+                             window=self.tuning.fetch_window, chunk=self.tuning.fill,
                              records=self.records)
         for e in sent:
             if isinstance(e, Send):

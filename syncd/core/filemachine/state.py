@@ -53,12 +53,21 @@ TRANSITIONS: dict[Mode, frozenset[Mode]] = {
 @dataclass
 class Tuning:
     chunk_bytes: int = 256 * 1024
+    # Largest frame of bytes answering a fetch (0: chunk_bytes). A catch-up pays per frame
+    # (docs/design.md, Catching up), and an answer has one recipient; the config's default
+    # fits the brokers' 1 MiB packet limits (config.FILL_BYTES).
+    fill_bytes: int = 0
     fetch_window: int = 4 * 1024 * 1024
     request_timeout: float = 3.0
     persist_interval: float = 5.0
     # Positions are retained, but a subscriber whose queue overflowed misses one for good
     # while it stays connected: say it again now and then, even unchanged.
     reannounce: float = 300.0
+
+    @property
+    def fill(self) -> int:
+        """Bytes of one FILL frame at most (never fewer than a live frame's)."""
+        return max(self.fill_bytes, self.chunk_bytes)
 
 
 @dataclass
