@@ -178,7 +178,7 @@ def test_broker_check_passes_on_an_open_broker(tmp_path: Path, broker: Broker) -
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines()[2] == (  # after config OK and inotify
         f"broker OK: connected to 127.0.0.1:{broker.port} as (anonymous); subscriptions "
-        "granted; live probe published and read back; largest frame (266375 bytes) "
+        "granted; live probe published and read back; largest frame (1028231 bytes) "
         "accepted; retained probe kept (and cleared)")
 
 
@@ -204,10 +204,10 @@ def test_broker_check_checks_every_listed_broker_and_names_the_unreachable(
     assert result.exit_code == 1, result.output
     assert result.stdout.splitlines()[2:] == [
         f"broker OK: connected to [::1]:{broker.port} as (anonymous); subscriptions granted; "
-        "live probe published and read back; largest frame (266375 bytes) accepted; retained "
+        "live probe published and read back; largest frame (1028231 bytes) accepted; retained "
         "probe kept (and cleared)",
         f"broker OK: connected to 127.0.0.1:{broker.port} as (anonymous); subscriptions "
-        "granted; live probe published and read back; largest frame (266375 bytes) accepted; "
+        "granted; live probe published and read back; largest frame (1028231 bytes) accepted; "
         "retained probe kept (and cleared)",
         f"brokers: 2 of 3 reachable and usable: [::1]:{broker.port}, 127.0.0.1:{broker.port}; "
         f"NOT usable: 127.0.0.1:{down}",

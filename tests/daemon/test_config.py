@@ -105,6 +105,9 @@ def test_example_config_is_valid() -> None:
     example = Path(__file__).parents[2] / "config" / "syncd.example.toml"
     c = load_config(example)
     assert c.node
+    # It shows the frame sizes' defaults without setting them (chunk_bytes set would bound
+    # a catch-up's answers too).
+    assert (c.chunk_bytes, c.fill_bytes, c.fetch_window_bytes) == (262144, 1024000, 16384000)
 
 
 def test_tls_and_metrics(tmp_path: Path) -> None:
