@@ -101,6 +101,28 @@ def test_replication_through_tls_password_and_acl(tmp_path: Path, secure: Secure
         b.kill()
 
 
+def test_a_catch_up_in_full_size_answers_fits_the_shipped_packet_limit(
+        tmp_path: Path, secure: SecureBroker) -> None:
+    # A standby that starts behind by several MB gets them in answers of fill_bytes (1000
+    # KiB by default): each, with its header and key wrap, below max_packet_size (1 MiB).
+    a, b = tls_daemon(tmp_path, "a", secure), tls_daemon(tmp_path, "b", secure)
+    try:
+        src = a.path("bot-1")
+        src.parent.mkdir(parents=True, exist_ok=True)
+        block = ishiki_lines(2000)
+        with src.open("wb") as f:
+            while f.tell() < 6_000_000:
+                f.write(block)
+        a.start()
+        b.start()
+        wait_equal(src.read_bytes(), b, key="bot-1")
+        st = a.file_status("bot-1")
+        assert st["served_bytes"] / st["served_frames"] > 500_000, st  # not 256 KiB frames
+    finally:
+        a.kill()
+        b.kill()
+
+
 async def _client(s: SecureBroker, user: str | None, password: str | None,
                   ca: Path | None = None) -> aiomqtt.Client:
     m = MqttConfig(tls=True, tls_ca_file=ca or s.ca.files.cert)
