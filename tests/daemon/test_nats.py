@@ -141,6 +141,30 @@ def test_three_hosts_on_three_members_replicate_byte_identically(
             d.kill()
 
 
+def test_a_catch_up_in_full_size_answers_fits_nats_max_payload(
+    tmp_path: Path, cluster: nats.NatsCluster
+) -> None:
+    # Answers of fill_bytes (1000 KiB by default), with header and key wrap, below NATS's
+    # max_payload of 1 MB (1 MiB): a standby several MB behind gets them across members.
+    file = "events.jsonl"
+    a, b, _ = nats_daemons(tmp_path, cluster, file)
+    try:
+        src = a.path(KEY, file)
+        src.parent.mkdir(parents=True, exist_ok=True)
+        block = ishiki_lines(2000)
+        with src.open("wb") as f:
+            while f.tell() < 6_000_000:
+                f.write(block)
+        a.start()
+        b.start()
+        wait_until(lambda: same(file, a, b), 60, "b to catch up with a")
+        st = a.file_status(KEY, file)
+        assert st["served_bytes"] / st["served_frames"] > 500_000, st  # not 256 KiB frames
+    finally:
+        a.kill()
+        b.kill()
+
+
 def test_killing_the_writers_member_moves_it_to_another_with_nothing_lost(
     tmp_path: Path, cluster: nats.NatsCluster
 ) -> None:
