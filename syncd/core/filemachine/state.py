@@ -54,11 +54,18 @@ TRANSITIONS: dict[Mode, frozenset[Mode]] = {
 class Tuning:
     chunk_bytes: int = 256 * 1024
     fetch_window: int = 4 * 1024 * 1024
+    # Chunks of a request's window read, cut and sealed per turn of serving it (0: the whole
+    # window at once); the rest follows once they are handed on (serving.serve).
+    serve_chunks: int = 1
     request_timeout: float = 3.0
     persist_interval: float = 5.0
     # Positions are retained, but a subscriber whose queue overflowed misses one for good
     # while it stays connected: say it again now and then, even unchanged.
     reannounce: float = 300.0
+
+    @property
+    def serve_step(self) -> int | None:
+        return self.serve_chunks * self.chunk_bytes if self.serve_chunks > 0 else None
 
 
 @dataclass
