@@ -44,11 +44,6 @@ TRIM_THRESHOLD = 32 << 20  # free memory at the top of the heap kept for the nex
 # heap costs about a millisecond, and the pages it gives back are faulted in again only
 # when used.
 TRIM_INTERVAL = 1.0
-# The trim's own bar, below TRIM_THRESHOLD (free()'s, which only ever looks at the top):
-# with every thread in the main heap (ARENA_MAX) it settled at 40 MiB with 25 MiB free under
-# the hostile chaos mode, under TRIM_THRESHOLD, never trimmed (docs/peer-limits.md).
-TRIM_PAST = 8 << 20
-TRIM_MOVED = 1 << 20
 
 
 def tune() -> bool:
@@ -92,28 +87,23 @@ def trim() -> bool:
     return bool(fn(0))
 
 
-def worth_trimming(free: int | None, last: int | None = None) -> bool:
+def worth_trimming(free: int | None) -> bool:
     """Whether the heap's free bytes (mallinfo2's fordblks; None: unknown) are worth a trim:
-    past TRIM_PAST, and moved by more than TRIM_MOVED since the last trim left them at `last`.
-    A trim walks the heap (under a millisecond with 25-45 MiB free, 5-13 ms with 100 MiB), so
-    a quiet heap is not walked every second; the pages it gives back count as free still."""
-    if free is None:
-        return True
-    return free > TRIM_PAST and (last is None or abs(free - last) > TRIM_MOVED)
+    past TRIM_THRESHOLD. A trim walks the heap (5-13 ms with 100 MiB free, on the loop), so a
+    quiet heap is not walked every second."""
+    return free is None or free > TRIM_THRESHOLD
 
 
 async def keep_trimmed(interval: float = TRIM_INTERVAL) -> None:
-    """Trim the heap every `interval` seconds while worth_trimming says so, for as long as the
-    daemon runs."""
+    """Trim the heap every `interval` seconds while it holds more than TRIM_THRESHOLD free,
+    for as long as the daemon runs."""
     libc = _libc()
     if getattr(libc, "malloc_trim", None) is None:
         return
-    last: int | None = None
     while True:
         await asyncio.sleep(interval)
-        if worth_trimming(heap().get("fordblks"), last):
+        if worth_trimming(heap().get("fordblks")):
             trim()
-            last = heap().get("fordblks")
 
 
 MALLINFO2 = ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
