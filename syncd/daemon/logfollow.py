@@ -38,11 +38,7 @@ from syncd.disk import logfile
 
 log = logging.getLogger("syncd.readiness")
 
-# Bytes of a file read at once by a catch-up, held while they are parsed a SLICE at a time
-# (for a live file, SPREAD apart: up to a second): 4 MiB per file followed made the heap swing
-# by 10-15 MiB under the hostile chaos mode, several files at once (docs/peer-limits.md). A
-# hop to a thread per MiB costs ~0.1 ms against ~13 ms of parsing it.
-STEP = 1 << 20
+STEP = 4 << 20
 SLICE = 16 << 10
 SPREAD = 0.002  # seconds between two slices of a live file's new bytes
 BACKLOG = 1 << 20
