@@ -79,7 +79,7 @@ from syncd.core.names import printable
 from syncd.core.readiness import MISSING_SHOWN, decide
 from syncd.core.records import Stat
 from syncd.core.spot import Spot
-from syncd.daemon import deadlines, logoutput, readyfacts
+from syncd.daemon import logoutput, readyfacts
 from syncd.daemon.answers import Answers
 from syncd.daemon.logchecks import LogChecks
 from syncd.daemon.readyfacts import FactsHost, Unhandled
@@ -178,7 +178,7 @@ class FileTask:
         self._busy = False  # in host.busy_files
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._timer: int | None = None  # our booking in the loop's Deadlines (deadlines.py)
+        self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._swept: tuple[int, int, int, int] | None = None
         self._own: Stat | None = None  # the file as our last append left it
@@ -208,8 +208,7 @@ class FileTask:
         """`saves`: the daemon stops; the durable record goes there, for the caller to write
         with every other file's at once (RecordFiles.save_all), instead of now."""
         if self._timer is not None:
-            deadlines.of_running_loop().cancel(self._timer)
-            self._timer = None
+            self._timer.cancel()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -618,18 +617,15 @@ class FileTask:
     # --- time ---------------------------------------------------------------------------------
 
     def _arm_timer(self) -> None:
-        """One booking in the loop's Deadlines, shared by every file (deadlines.py): not a
-        TimerHandle of our own, made again after nearly every turn."""
         due = self.machine.deadline()
         if due == self._timer_at:
             return
-        timers = deadlines.of_running_loop()
         if self._timer is not None:
-            timers.cancel(self._timer)
+            self._timer.cancel()
             self._timer = None
         self._timer_at = due
         if due is not None:
-            self._timer = timers.book(due, self._on_timer)
+            self._timer = asyncio.get_running_loop().call_at(due, self._on_timer)
 
     def _on_timer(self) -> None:
         self._timer, self._timer_at = None, None
