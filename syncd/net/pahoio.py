@@ -73,8 +73,8 @@ class BufferedClient(paho.Client):
         2, other packets, a packet not whole in the buffer, a topic that is no UTF-8) is
         paho's, as before."""
         deliver = self.on_qos0
-        if deliver is None or self._in_packet["command"] != 0:
-            return super()._packet_read()
+        if deliver is None or self._in_packet["command"] != 0 or self._protocol == paho.MQTTv5:
+            return super()._packet_read()  # (MQTT 5 puts properties between topic and payload)
         at, buf = self._rat, self._rbuf
         if at >= len(buf):
             try:

@@ -123,6 +123,17 @@ def test_a_qos0_publish_read_whole_is_what_paho_reads(cut: int | None) -> None:
     assert _received(chunks, fast=True) == slow
 
 
+def test_mqtt5_is_left_to_paho() -> None:
+    # Its PUBLISH has properties between the topic and the payload: not read by hand.
+    c = BufferedClient(CallbackAPIVersion.VERSION2, protocol=paho.MQTTv5)
+    fast: list[str] = []
+    c.on_qos0 = lambda topic, payload: fast.append(topic)
+    c._sock = _Chunks([qos0_publish(_head(b"t"), b"\x00x", False)])  # type: ignore[assignment]
+    c._packet_read()
+    c._sock = None
+    assert fast == []
+
+
 def test_a_short_read_says_the_socket_was_empty() -> None:
     c = BufferedClient(CallbackAPIVersion.VERSION2, protocol=paho.MQTTv311)
     c.on_qos0 = lambda topic, payload: None
