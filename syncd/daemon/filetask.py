@@ -81,6 +81,7 @@ from syncd.core.records import Stat
 from syncd.core.spot import Spot
 from syncd.daemon import logoutput, readyfacts
 from syncd.daemon.answers import Answers
+from syncd.daemon.flag import Flag
 from syncd.daemon.logchecks import LogChecks
 from syncd.daemon.readyfacts import FactsHost, Unhandled
 from syncd.disk import logfile, tree
@@ -169,14 +170,16 @@ class FileTask:
         # The log checks READY needs (logchecks.py), run as the machine asks.
         self.checks = LogChecks(spot, host.records.folder(key) / f"{file}.verify",
                                 self.record_kind, self.machine)
-        self.loaded = asyncio.Event()  # set once the start-up check is done (even if it failed)
+        # Set once the start-up check is done (even if it failed). Flags, not asyncio.Events:
+        # a peer may make max_keys files (daemon/flag.py).
+        self.loaded = Flag()
         self._inbox: deque[Event] = deque()
         # id(event) -> (peer, bytes) of queued peers' events, taken from host.holdings
         self._held: dict[int, tuple[str, int]] = {}
         self._look_pending = False
         self._look_full = False  # the pending look reads the bytes at once (LOOK_FULL)
         self._busy = False  # in host.busy_files
-        self._wake = asyncio.Event()
+        self._wake = Flag()
         self._task: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None

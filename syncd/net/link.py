@@ -112,6 +112,7 @@ class Session:
         c.on_subscribe = self._suback
         c.on_publish = self._puback
         c.on_message = lambda _c, _u, msg: on_message(msg.topic, bytes(msg.payload))
+        c.on_qos0 = on_message  # a live frame read whole: no message object (pahoio.py)
         c.on_socket_close = lambda _c, _u, _s: self._unwatch()
         self._client = c
 
@@ -274,7 +275,7 @@ class Session:
                 # neither).
                 if c.loop_read() != MQTTErrorCode.MQTT_ERR_SUCCESS or self._sock is None:
                     break
-                if not (c.buffered() or _unread(self._sock)
+                if not (c.buffered() or (c.may_hold_more() and _unread(self._sock))
                         or getattr(self._sock, "pending", _nothing)()):
                     break
                 if n == READS_PER_WAKE - 1 or time.monotonic() >= until:

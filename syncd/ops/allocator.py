@@ -7,8 +7,16 @@ unmapped again, 0.5 ms per chunk on the reference machine (`python -m bench.benc
 half the standby's CPU at 100 MB/s. Served from the heap, and the heap not trimmed back after
 every free, the same work costs 0.06 ms. What the heap keeps is bounded by TRIM_THRESHOLD.
 
-Environment variables (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_) set by an operator win.
-Elsewhere than glibc nothing changes.
+Environment variables (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_, MALLOC_ARENA_MAX) set
+by an operator win. Elsewhere than glibc nothing changes.
+
+One arena (ARENA_MAX): every thread allocates from the main heap. By default glibc gives each
+thread that meets a locked arena one of its own (up to 8 per core), and with the thresholds
+above each keeps up to TRIM_THRESHOLD free at its top: the reads, hashes and status replies
+made off the loop (asyncio.to_thread) left 12 such arenas holding 8-18 MiB per victim under
+the hostile chaos mode, growing through the run, beside a main heap with tens of MiB free.
+syncd's threads hold the GIL while they allocate, so sharing one arena costs no contention
+that matters (docs/peer-limits.md).
 
 What the heap keeps free is given back every TRIM_INTERVAL seconds (`keep_trimmed`:
 malloc_trim(0), which also releases the free pages inside the heap, not only at its top).
@@ -27,6 +35,8 @@ import os
 
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
+M_ARENA_MAX = -8
+ARENA_MAX = 1
 MMAP_THRESHOLD = 16 << 20  # chunk_bytes is at most 16 MiB: every frame comes from the heap
 TRIM_THRESHOLD = 32 << 20  # free memory at the top of the heap kept for the next frames
 # (8 MiB made a 256 MB catch-up about 10 % slower: every frame grew the heap again)
@@ -49,6 +59,8 @@ def tune() -> bool:
         return False  # not glibc (musl has no mallopt)
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
+    if "MALLOC_ARENA_MAX" not in os.environ:
+        mallopt(M_ARENA_MAX, ARENA_MAX)
     return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
                 and mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
 

@@ -3,7 +3,9 @@ or a probe, and the bytes read for it in; the frames (or the check that replaces
 
 from __future__ import annotations
 
-from syncd.core.events import LookAgain, Rehash, Send
+import pytest
+
+from syncd.core.events import LookAgain, PeerRequest, Redeliver, Rehash, Send
 from syncd.core.filemachine import serving
 from syncd.core.frames import Data, Kind, Probe, ProbeWhat, Request
 from syncd.core.ledger import BLOCK, DIGEST_SIZE, Ledger, digest_of
@@ -110,3 +112,50 @@ def test_a_sums_probe_gets_our_block_digests_a_bytes_probe_our_bytes() -> None:
     got = serving.answer_probe(ledger, p, f.read(serving.probe_plan(ledger, p)), sums=10)
     assert got.data == data[BLOCK: 2 * BLOCK]
     assert serving.sums_per_frame(DIGEST_SIZE * 7 + 3) == 7 and serving.sums_per_frame(1) == 1
+
+
+def serve_in_steps(data: bytes, r: Request, chunk: int, step: int,
+                   window: int = 1 << 20) -> tuple[list[Data], int]:
+    """Serve `r` a step at a time, following each Redeliver; the frames, and the turns."""
+    f, ledger = MemFile(data), ledger_of(data)
+    sent: list[Data] = []
+    turns = 0
+    while True:
+        turns += 1
+        plan = serving.request_plan(ledger, r, window, step)
+        assert sum(b - a for a, b in plan.ranges) <= step + 2 * BLOCK  # whole blocks of a step
+        out = serving.serve(ledger, r, f.read(plan), "b", seen=(len(data), 1),
+                            inode=(1, f.inode), window=window, chunk=chunk,
+                            records="lines", step=step)
+        sent += [e.payload for e in out if isinstance(e, Send)]  # type: ignore[misc]
+        if not out or not isinstance(out[-1], Redeliver):
+            return sent, turns
+        nxt = out[-1].event
+        assert isinstance(nxt, PeerRequest) and nxt.peer == "b"
+        assert (nxt.request.have, nxt.request.digest) == (r.have, r.digest)
+        r = nxt.request
+
+
+def test_a_window_served_a_step_at_a_time_is_cut_as_a_whole_window_is() -> None:
+    data = lines(40_000)  # 640 000 bytes, several blocks
+    r = Request(0, digest_of(b""), 0, len(data))
+    chunk = 50_000
+    whole = [e.payload for e in served(data, r, chunk=chunk, window=1 << 20)
+             if isinstance(e, Send)]
+    for step in (chunk, 2 * BLOCK, 3 * BLOCK + 7):
+        stepped, turns = serve_in_steps(data, r, chunk=chunk, step=step)
+        assert stepped == whole
+        assert turns >= len(data) // (step + BLOCK)
+    # A request for less than the window ends where it asked.
+    part, turns = serve_in_steps(data, Request(0, digest_of(b""), 15, 300_000), chunk, chunk)
+    assert part[0].offset == 15 and part[-1].end == 300_015 and turns > 1
+
+
+def test_a_step_smaller_than_a_chunk_is_refused() -> None:
+    data = lines(40_000)
+    r = Request(0, digest_of(b""), 0, len(data))
+    f, ledger = MemFile(data), ledger_of(data)
+    snap = f.read(serving.request_plan(ledger, r, 1 << 20, 10))
+    with pytest.raises(ValueError):
+        serving.serve(ledger, r, snap, "b", seen=(len(data), 1), inode=(1, f.inode),
+                      window=1 << 20, chunk=3 * BLOCK, records="lines", step=10)

@@ -94,3 +94,32 @@ def test_a_slow_disk_never_holds_the_loop_past_a_small_bound(
     # Generous for a loaded machine: the old inline fdatasync held the loop for the whole 0.4 s.
     assert asyncio.run(main()) < 0.2
     assert INLINE_WAIT <= 0.01
+
+
+def test_the_files_of_one_turn_are_synced_on_several_threads_at_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Concurrent fdatasyncs share a journal commit and a cache flush; one after another each
+    waits for its own. So the eight files of one turn (a frame's) are synced by two threads at
+    least, at the same time (the barrier lets a sync through only once another thread is in
+    one too)."""
+    import threading
+
+    meet = threading.Barrier(2, timeout=5)
+    threads: set[str] = set()
+
+    def sync(path: object) -> None:
+        name = threading.current_thread().name
+        if name not in threads:
+            threads.add(name)
+            meet.wait()  # BrokenBarrierError (the sync fails) when no other thread comes
+
+    monkeypatch.setattr(logfile, "sync", sync)
+    paths = [tmp_path / f"f{i}" for i in range(8)]
+
+    async def main() -> None:
+        g = GroupSync()
+        await asyncio.gather(*(g.sync(p) for p in paths))
+        await g.close()
+
+    asyncio.run(main())
+    assert len(threads) >= 2

@@ -401,3 +401,21 @@ def test_a_holder_that_never_answers_is_asked_less_and_less_often() -> None:
     m.handle(PeerItem("a", frames.ResChunk(BLOB, sha(data), 12, 0, data[:4])), 300)
     fx = m.handle(Tick(), 303)  # bytes came: back to the plain timeout
     assert sends(fx, Kind.RREQ) == [Send(Kind.RREQ, frames.ResAsk(BLOB, sha(data), 4, 8), "a")]
+
+
+def test_the_rules_cache_names_up_to_a_bound_and_start_again_when_full() -> None:
+    """The rule of a name is cached (asked at every sweep), but a peer's stream of new names
+    cannot make the cache hold more than CACHED_NAMES of them."""
+    from syncd.core.resources import rules as rules_module
+
+    r = Rules()
+    assert r.kind("artifacts/a.log") is FileKind.ONCE and r.kind("x.tmp") is None
+    assert r.kind("assets/s.json") is FileKind.REPLACED
+    kinds = r.__dict__["_kinds"]
+    assert set(kinds) == {"artifacts/a.log", "x.tmp", "assets/s.json"}
+    for i in range(rules_module.CACHED_NAMES + 10):
+        assert r.kind(f"assets/{i:x}") is FileKind.ONCE
+    assert len(kinds) <= rules_module.CACHED_NAMES
+    assert r == Rules() and hash(r) == hash(Rules())  # the cache is no part of the rules
+    assert r.kind("n" * (rules_module.CACHED_NAME + 1)) is None
+    assert "n" * (rules_module.CACHED_NAME + 1) not in kinds

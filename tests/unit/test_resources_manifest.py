@@ -13,6 +13,7 @@ from syncd.core.frames import ResEntry
 from syncd.core.resources.manifest import (
     ENTRIES_PER_ITEM,
     Entries,
+    Part,
     PeerBounds,
     PeerManifest,
     entry_cost,
@@ -140,3 +141,29 @@ def test_a_view_of_hostile_entries_holds_less_than_it_is_charged() -> None:
         tracemalloc.stop()
     assert len(view) == n
     assert held < charged
+
+
+def test_a_part_keeps_its_entries_packed_and_gives_back_the_same_entries() -> None:
+    es = [entry("artifacts/a.log", b"a"), entry("artifacts/é.json", b"b", 7, "a"),
+          ResEntry("assets/big", (1 << 63) - 1, bytes(32), 1 << 62, "x"),
+          ResEntry("odd", 1 << 70, b"", 0, ""),  # no frame carries it: kept as it is
+          ResEntry("artifacts/\udcff", 3, bytes(32), 0, "b")]  # not UTF-8 on disk
+    part = Part(es)
+    assert list(part) == es and len(part) == 5
+    assert part.cost == sum(entry_cost(e) for e in es)
+
+
+def test_parts_of_hostile_entries_hold_less_than_they_are_charged() -> None:
+    """A whole manifest's parts, gathered until all have come, cost what their entries are
+    charged at most (as ResEntry objects, each held more: docs/peer-limits.md)."""
+    es = [ResEntry(f"artifacts/x/{i:06d}", (1 << 63) - 1 - i, os.urandom(32), (1 << 62) + i,
+                   "x") for i in range(ENTRIES_PER_ITEM)]
+    charged = sum(entry_cost(e) for e in es)
+    tracemalloc.start()
+    try:
+        part = Part(iter(es))
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(part) == len(es)
+    assert held < charged // 2

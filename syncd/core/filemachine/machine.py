@@ -257,7 +257,8 @@ class FileMachine:
                 return ReadPlan(((ledger.recheck_start(), end),), line_end_from=ledger.size,
                                 record_start=ledger.open_line_start, stat=True)
             case Loaded() | Rehashed() | Look() | PeerRequest():
-                plan = (serving.request_plan(ledger, event.request, self.tuning.fetch_window)
+                plan = (serving.request_plan(ledger, event.request, self.tuning.fetch_window,
+                                             self.tuning.serve_step)
                         if isinstance(event, PeerRequest) else NO_READS)
                 return ReadPlan(plan.ranges, stat=True)
             case PeerPos(announce=a) if ledger is not None:
@@ -968,24 +969,26 @@ class FileMachine:
         # A peer whose copy differs from ours gets nothing, unless an operator there adopts
         # ours (forced): its copy is then empty or a prefix of ours, and takes only our bytes.
         if verdict is Verdict.APPEND and self.may_serve(r.force) and (
-                r.force or peer not in self.diverged):
-            self._serve(peer, r, snap, out)
+                r.force or peer not in self.diverged) and self._serve(peer, r, snap, out):
+            return  # the rest of the window follows (serving.serve), the announcement with it
         if r.force:
             # An adopting peer is done only on a position we announce after its request
             # (after the bytes just served): it recognises this one by its `ask`.
             self._announce(now, out, at_once=True, answers=r.ask)
 
-    def _serve(self, peer: str, r: Request, snap: Snapshot, out: list[Effect]) -> None:
+    def _serve(self, peer: str, r: Request, snap: Snapshot, out: list[Effect]) -> bool:
+        """Send the first step of what `r` gets; whether the rest follows (a Redeliver)."""
         assert self.ledger is not None
         sent = serving.serve(self.ledger, r, snap, peer, seen=self.seen, inode=self.inode,
                              window=self.tuning.fetch_window, chunk=self.tuning.fill,
-                             records=self.records)
+                             records=self.records, step=self.tuning.serve_step)
         for e in sent:
             if isinstance(e, Send):
                 assert isinstance(e.payload, Data)
                 self.counters["served_bytes"] += len(e.payload.data)
                 self.counters["served_frames"] += 1
         out += sent
+        return bool(sent) and isinstance(sent[-1], Redeliver)
 
     def _forget(self, peer: str, now: float, out: list[Effect]) -> None:
         self.peers.pop(peer, None)

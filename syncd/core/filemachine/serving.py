@@ -4,7 +4,17 @@ and the bytes read for that very answer; the machine decides whether to answer a
 
 from __future__ import annotations
 
-from syncd.core.events import NO_READS, Effect, LookAgain, ReadPlan, Rehash, Send, Snapshot
+from syncd.core.events import (
+    NO_READS,
+    Effect,
+    LookAgain,
+    PeerRequest,
+    ReadPlan,
+    Redeliver,
+    Rehash,
+    Send,
+    Snapshot,
+)
 from syncd.core.filemachine.localfile import pieces
 from syncd.core.filemachine.state import first_read
 from syncd.core.frames import Data, Kind, Probe, Probed, ProbeWhat, Request
@@ -49,14 +59,25 @@ def serve_read(start: int, end: int, held: int) -> tuple[int, int]:
     return block_start(start), min(held, -(-end // BLOCK) * BLOCK)
 
 
-def request_plan(ledger: Ledger | None, r: Request, window: int) -> ReadPlan:
-    """What answering `r` reads: the bytes of our digest at its `have`, and what it gets."""
+def step_end(start: int, end: int, step: int | None) -> int:
+    """Where the bytes read for one turn of serving [start, end) end: `step` bytes at most
+    (None: the whole range). A window is read, cut and sealed a step at a time, the rest
+    asked for again by a Redeliver (serve): so one step of it is alive per peer answered,
+    not the read window, its items, its frames and its sealed frames all at once."""
+    return end if step is None else min(end, start + step)
+
+
+def request_plan(ledger: Ledger | None, r: Request, window: int,
+                 step: int | None = None) -> ReadPlan:
+    """What answering `r` reads: the bytes of our digest at its `have`, and what it gets
+    (the first `step` bytes of it: step_end)."""
     if ledger is None:
         return NO_READS
     plan = partial_plan(ledger, r.have)
     start, end = serve_range(r, ledger.size, window)
     if start < end:
-        plan = ReadPlan((*plan.ranges, serve_read(start, end, ledger.size)))
+        plan = ReadPlan((*plan.ranges, serve_read(start, step_end(start, end, step),
+                                                  ledger.size)))
     return plan
 
 
@@ -67,13 +88,19 @@ def probe_plan(ledger: Ledger, p: Probe) -> ReadPlan:
 
 
 def serve(ledger: Ledger, r: Request, snap: Snapshot, peer: str, *, seen: tuple[int, int] | None,
-          inode: tuple[int, int] | None, window: int, chunk: int, records: str) -> list[Effect]:
+          inode: tuple[int, int] | None, window: int, chunk: int, records: str,
+          step: int | None = None) -> list[Effect]:
     """The FILL frames that answer `r`, cut at whole records; or, if the bytes read are not
-    the ones we recorded, what finds out why (a look, or a full check) and nothing sent."""
+    the ones we recorded, what finds out why (a look, or a full check) and nothing sent.
+
+    With a `step`, only the pieces within the first `step` bytes (as request_plan read them)
+    are sent, and the rest of the range follows as a Redeliver of the same request from the
+    next piece on (the last effect): the pieces are cut exactly as a whole window's would
+    be, and what the request was charged (daemon/gate.py) is not charged again."""
     start, end = serve_range(r, ledger.size, window)
     if start >= end:
         return []
-    first, last = serve_read(start, end, ledger.size)
+    first, last = serve_read(start, step_end(start, end, step), ledger.size)
     buf = snap.get(first, last)
     st = snap.stat
     # Unchanged since we last wrote or judged it (size, mtime and inode, as git's index
@@ -87,10 +114,23 @@ def serve(ledger: Ledger, r: Request, snap: Snapshot, peer: str, *, seen: tuple[
             return [Rehash("check", hold=ledger.size, why="bytes asked for by a peer changed")]
         return [LookAgain()]
     out: list[Effect] = []
+    pos = start
     for pos, stop in pieces(records, buf, first, start, end, chunk):
+        if min(end, pos + chunk) > last:
+            if not out:
+                raise ValueError(f"a step of serving is smaller than a chunk ({chunk})")
+            break  # the piece needs bytes past those read: the next step reads them
         base = ledger.digest_at(pos, buf[block_start(pos) - first: pos - first])
         out.append(Send(Kind.FILL, Data(pos, base, buf[pos - first: stop - first]), to=peer))
+        pos = stop
+    if pos < end:
+        out.append(Redeliver(PeerRequest(peer, rest_of(r, pos, end))))
     return out
+
+
+def rest_of(r: Request, pos: int, end: int) -> Request:
+    """What is left of `r` once [.., pos) of its range [.., end) was sent."""
+    return Request(r.have, r.digest, pos, end - pos, r.force, r.ask)
 
 
 def answer_probe(ledger: Ledger, p: Probe, snap: Snapshot, sums: int) -> Probed:

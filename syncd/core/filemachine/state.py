@@ -58,6 +58,9 @@ class Tuning:
     # fits the brokers' 1 MiB packet limits (config.FILL_BYTES).
     fill_bytes: int = 0
     fetch_window: int = 4 * 1024 * 1024
+    # Chunks of a request's window read, cut and sealed per turn of serving it (0: the whole
+    # window at once); the rest follows once they are handed on (serving.serve).
+    serve_chunks: int = 1
     request_timeout: float = 3.0
     persist_interval: float = 5.0
     # Positions are retained, but a subscriber whose queue overflowed misses one for good
@@ -68,6 +71,11 @@ class Tuning:
     def fill(self) -> int:
         """Bytes of one FILL frame at most (never fewer than a live frame's)."""
         return max(self.fill_bytes, self.chunk_bytes)
+
+    @property
+    def serve_step(self) -> int | None:
+        # In answers' frames (fill), so that a step holds whole frames of fill_bytes.
+        return self.serve_chunks * self.fill if self.serve_chunks > 0 else None
 
 
 @dataclass

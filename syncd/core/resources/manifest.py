@@ -68,6 +68,51 @@ def in_parts(entries: list[ResEntry]) -> list[tuple[ResEntry, ...]]:
 
 _PACKED = struct.Struct(">QQB")  # size, stamp, the digest's length; then digest and origin
 _U64 = 1 << 64
+# An entry with its name, as a part of a whole manifest keeps it: size, stamp, the digest's
+# and the name's lengths; then digest, name and origin.
+_NAMED = struct.Struct(">QQBH")
+
+
+def _packable(e: ResEntry) -> bool:
+    return 0 <= e.size < _U64 and 0 <= e.stamp < _U64 and len(e.digest) < 256
+
+
+class Part:
+    """One part of a whole manifest being received: its entries packed one bytes object
+    each (name included), and what they are charged. As ResEntry objects, with the digest,
+    two large ints and the name apart, each held more than it is charged (ENTRY_COST):
+    five objects instead of one (docs/peer-limits.md)."""
+
+    __slots__ = ("_packed", "cost")
+
+    def __init__(self, entries: Iterable[ResEntry]) -> None:
+        packed: list[bytes | ResEntry] = []
+        cost = 0
+        for e in entries:
+            cost += entry_cost(e)
+            name = e.name.encode("utf-8", "surrogateescape")
+            if _packable(e) and len(name) < 1 << 16:
+                packed.append(b"".join((_NAMED.pack(e.size, e.stamp, len(e.digest), len(name)),
+                                        e.digest, name,
+                                        e.origin.encode("utf-8", "surrogateescape"))))
+            else:  # numbers no frame carries: kept as they are
+                packed.append(e)
+        self._packed = tuple(packed)
+        self.cost = cost
+
+    def __len__(self) -> int:
+        return len(self._packed)
+
+    def __iter__(self) -> Iterator[ResEntry]:
+        at = _NAMED.size
+        for v in self._packed:
+            if isinstance(v, ResEntry):
+                yield v
+                continue
+            size, stamp, n, m = _NAMED.unpack_from(v)
+            yield ResEntry(v[at + n: at + n + m].decode("utf-8", "surrogateescape"), size,
+                           v[at: at + n], stamp,
+                           v[at + n + m:].decode("utf-8", "surrogateescape"))
 
 
 class Entries(MutableMapping[str, ResEntry]):
@@ -95,7 +140,7 @@ class Entries(MutableMapping[str, ResEntry]):
     def __setitem__(self, name: str, e: ResEntry) -> None:
         if e.name != name:
             raise ValueError("an entry is kept under its own name")
-        if 0 <= e.size < _U64 and 0 <= e.stamp < _U64 and len(e.digest) < 256:
+        if _packable(e):
             self._packed[name] = b"".join((_PACKED.pack(e.size, e.stamp, len(e.digest)),
                                            e.digest,
                                            e.origin.encode("utf-8", "surrogateescape")))
@@ -128,7 +173,7 @@ class PeerManifest:
     answered: bytes | None = None  # the summary a whole manifest came for
     # Parts of a whole manifest being received (part number -> entries): complete, it
     # replaces `entries`, so a file the peer no longer holds leaves our view of it.
-    parts: dict[int, tuple[ResEntry, ...]] = field(default_factory=dict)
+    parts: dict[int, Part] = field(default_factory=dict)
     parts_of: int = 0  # how many parts that manifest has
     awaiting: bool = False  # we asked for its whole manifest and it has not come whole yet
     revisit: bool = False  # it came online: its names are looked at again (PRESENCE_PASS)
@@ -159,7 +204,7 @@ class PeerManifest:
             self.held -= cost
 
     def drop_parts(self, peer: str, bounds: PeerBounds) -> None:
-        cost = sum(entry_cost(e) for part in self.parts.values() for e in part)
+        cost = sum(part.cost for part in self.parts.values())
         bounds.holdings.give(peer, cost)
         self.held -= cost
         self.parts = {}
@@ -182,19 +227,18 @@ class PeerManifest:
             self.drop_parts(peer, bounds)  # a new manifest: what was gathered is stale
             self.parts_of = parts
         if part in self.parts:
-            old = self.parts.pop(part)
-            cost = sum(entry_cost(e) for e in old)
+            cost = self.parts.pop(part).cost
             bounds.holdings.give(peer, cost)
             self.held -= cost
         if sum(len(p) for p in self.parts.values()) + len(entries) > bounds.max_files:
             bounds.refuse(peer, "entries", len(entries))
             self.drop_parts(peer, bounds)
             return False
-        cost = sum(entry_cost(e) for e in entries)
-        if not bounds.holdings.take(peer, cost):
+        kept = Part(entries)
+        if not bounds.holdings.take(peer, kept.cost):
             bounds.refuse(peer, "peer_bytes", len(entries))
             self.drop_parts(peer, bounds)
             return False
-        self.parts[part] = entries
-        self.held += cost
+        self.parts[part] = kept
+        self.held += kept.cost
         return True
