@@ -212,16 +212,9 @@ class IncrementalVerifier:
         if end - start > SLICE:
             return False
         data = logfile.read_known(self.path, start, end) if end > start else b""
-        piece = data
-        while piece:
-            used = self._feed_held(piece)
-            self._fed += used
-            self.bytes_read += used
-            piece = piece[used:]
-            if self.checker.unread_line is not None:
-                self._report = None
-                return False  # a long line to check in a process of its own: the task's
-            self.size = self._fed
+        if self._feed_until_long(data):
+            self._report = None
+            return False  # a long line to check in a process of its own: the task's
         if data:
             self._report = None
         if self._fed >= end:
@@ -273,17 +266,25 @@ class IncrementalVerifier:
 
     async def _feed(self, piece: bytes) -> bool:
         """Feed `piece`; False when it ends a long line whose check failed (not fed on)."""
+        while piece := self._feed_until_long(piece):
+            if not await self._check_long_line():
+                return False
+        if self.checker.unread_line is not None:
+            return await self._check_long_line()
+        return True
+
+    def _feed_until_long(self, piece: bytes) -> bytes:
+        """Feed `piece` until a long line is left to check (checker.unread_line); what is
+        not fed yet (empty: all of it, or the long line ended it exactly)."""
         while piece:
             used = self._feed_held(piece)
             self._fed += used
             self.bytes_read += used
             piece = piece[used:]
             if self.checker.unread_line is not None:
-                if not await self._check_long_line():
-                    return False
-            else:
-                self.size = self._fed
-        return True
+                return piece
+            self.size = self._fed
+        return b""
 
     def _feed_held(self, piece: bytes) -> int:
         """checker.feed, with the line it holds charged to HELD: it may grow by the room left

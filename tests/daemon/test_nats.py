@@ -15,7 +15,7 @@ from tests.support import nats
 from tests.support.chaos import Writer
 from tests.support.cluster import Daemon, wait_until
 from tests.support.files import KEY, append, content
-from tests.support.ishiki import ishiki_lines
+from tests.support.ishiki import ishiki_lines, write_log
 
 
 @pytest.fixture
@@ -150,11 +150,7 @@ def test_a_catch_up_in_full_size_answers_fits_nats_max_payload(
     a, b, _ = nats_daemons(tmp_path, cluster, file)
     try:
         src = a.path(KEY, file)
-        src.parent.mkdir(parents=True, exist_ok=True)
-        block = ishiki_lines(2000)
-        with src.open("wb") as f:
-            while f.tell() < 6_000_000:
-                f.write(block)
+        write_log(src, 6_000_000)
         a.start()
         b.start()
         wait_until(lambda: same(file, a, b), 60, "b to catch up with a")

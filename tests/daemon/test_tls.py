@@ -17,7 +17,7 @@ from syncd.net.tls import client_context
 from tests.support.certs import CA, Issued
 from tests.support.cluster import Broker, Daemon, wait_until
 from tests.support.files import append, wait_equal
-from tests.support.ishiki import ishiki_lines
+from tests.support.ishiki import ishiki_lines, write_log
 
 EXAMPLES = Path(__file__).parents[2] / "config"
 PREFIX = "test/syncd"  # tests.support.cluster.Daemon's topic_prefix
@@ -108,11 +108,7 @@ def test_a_catch_up_in_full_size_answers_fits_the_shipped_packet_limit(
     a, b = tls_daemon(tmp_path, "a", secure), tls_daemon(tmp_path, "b", secure)
     try:
         src = a.path("bot-1")
-        src.parent.mkdir(parents=True, exist_ok=True)
-        block = ishiki_lines(2000)
-        with src.open("wb") as f:
-            while f.tell() < 6_000_000:
-                f.write(block)
+        write_log(src, 6_000_000)
         a.start()
         b.start()
         wait_equal(src.read_bytes(), b, key="bot-1")

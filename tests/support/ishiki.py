@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 _SEQ = iter(range(1, 10**9))
 
@@ -25,3 +26,12 @@ def ishiki_lines(n: int, turn: str = "e061c676-0701-4e5c-b2c8-565cf9462c91") -> 
         }
         out.append(json.dumps(entry, ensure_ascii=False).encode() + b"\n")
     return b"".join(out)
+
+
+def write_log(path: Path, at_least: int) -> None:
+    """A new log of whole Ishiki lines at `path`, at least `at_least` bytes long."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    block = ishiki_lines(2000)
+    with path.open("wb") as f:
+        while f.tell() < at_least:
+            f.write(block)

@@ -21,11 +21,12 @@ TOP = Path(__file__).parents[2]
 def pins(lock: str) -> dict[str, str]:
     """name -> version; each pin must come with at least one hash (pip needs them all)."""
     found = {}
-    # One entry per line starting in column 0: `name==version [; marker] \`, then its hashes.
+    # One entry per line starting in column 0: `name[extras]==version [; marker] \`, then
+    # its hashes (extras as another package asks for them: packaging/lock, --no-strip-extras).
     for entry in re.split(r"\n(?=[^\s#])", (TOP / lock).read_text()):
         if entry.startswith("#"):
             continue
-        pin = re.match(r"([A-Za-z0-9._-]+)==([^\s;\\]+)", entry)
+        pin = re.match(r"([A-Za-z0-9._-]+)(?:\[[A-Za-z0-9._,-]+\])?==([^\s;\\]+)", entry)
         assert pin, f"{lock}: not an exact pin: {entry.splitlines()[0]}"
         assert "--hash=sha256:" in entry, f"{lock}: {pin.group(0)} has no hash"
         found[canonicalize_name(pin.group(1))] = pin.group(2)
