@@ -68,13 +68,23 @@ def in_parts(entries: list[ResEntry]) -> list[tuple[ResEntry, ...]]:
 
 _PACKED = struct.Struct(">QQB")  # size, stamp, the digest's length; then digest and origin
 _U64 = 1 << 64
-# An entry with its name, as a part of a whole manifest keeps it: size, stamp, the digest's
-# and the name's lengths; then digest, name and origin.
-_NAMED = struct.Struct(">QQBH")
+_NAME = struct.Struct(">H")  # a part's entry: the name's length and the name go first
 
 
-def _packable(e: ResEntry) -> bool:
-    return 0 <= e.size < _U64 and 0 <= e.stamp < _U64 and len(e.digest) < 256
+def _pack(e: ResEntry) -> bytes | ResEntry:
+    """One entry but its name in one bytes object; numbers no frame carries: as it is."""
+    if not (0 <= e.size < _U64 and 0 <= e.stamp < _U64 and len(e.digest) < 256):
+        return e
+    return b"".join((_PACKED.pack(e.size, e.stamp, len(e.digest)), e.digest,
+                     e.origin.encode("utf-8", "surrogateescape")))
+
+
+def _unpack(name: str, v: bytes, at: int = 0) -> ResEntry:
+    """The entry `_pack` put at `v[at:]`."""
+    size, stamp, n = _PACKED.unpack_from(v, at)
+    at += _PACKED.size
+    return ResEntry(name, size, v[at : at + n], stamp,
+                    v[at + n :].decode("utf-8", "surrogateescape"))
 
 
 class Part:
@@ -91,12 +101,9 @@ class Part:
         for e in entries:
             cost += entry_cost(e)
             name = e.name.encode("utf-8", "surrogateescape")
-            if _packable(e) and len(name) < 1 << 16:
-                packed.append(b"".join((_NAMED.pack(e.size, e.stamp, len(e.digest), len(name)),
-                                        e.digest, name,
-                                        e.origin.encode("utf-8", "surrogateescape"))))
-            else:  # numbers no frame carries: kept as they are
-                packed.append(e)
+            v = _pack(e)
+            packed.append(b"".join((_NAME.pack(len(name)), name, v))
+                          if isinstance(v, bytes) and len(name) < 1 << 16 else e)
         self._packed = tuple(packed)
         self.cost = cost
 
@@ -104,15 +111,13 @@ class Part:
         return len(self._packed)
 
     def __iter__(self) -> Iterator[ResEntry]:
-        at = _NAMED.size
+        at = _NAME.size
         for v in self._packed:
             if isinstance(v, ResEntry):
                 yield v
                 continue
-            size, stamp, n, m = _NAMED.unpack_from(v)
-            yield ResEntry(v[at + n: at + n + m].decode("utf-8", "surrogateescape"), size,
-                           v[at: at + n], stamp,
-                           v[at + n + m:].decode("utf-8", "surrogateescape"))
+            (m,) = _NAME.unpack_from(v)
+            yield _unpack(v[at : at + m].decode("utf-8", "surrogateescape"), v, at + m)
 
 
 class Entries(MutableMapping[str, ResEntry]):
@@ -130,22 +135,12 @@ class Entries(MutableMapping[str, ResEntry]):
 
     def __getitem__(self, name: str) -> ResEntry:
         v = self._packed[name]
-        if isinstance(v, ResEntry):
-            return v
-        size, stamp, n = _PACKED.unpack_from(v)
-        at = _PACKED.size
-        return ResEntry(name, size, v[at : at + n],
-                        stamp, v[at + n :].decode("utf-8", "surrogateescape"))
+        return v if isinstance(v, ResEntry) else _unpack(name, v)
 
     def __setitem__(self, name: str, e: ResEntry) -> None:
         if e.name != name:
             raise ValueError("an entry is kept under its own name")
-        if _packable(e):
-            self._packed[name] = b"".join((_PACKED.pack(e.size, e.stamp, len(e.digest)),
-                                           e.digest,
-                                           e.origin.encode("utf-8", "surrogateescape")))
-        else:  # numbers no frame carries: kept as they are
-            self._packed[name] = e
+        self._packed[name] = _pack(e)
 
     def __delitem__(self, name: str) -> None:
         del self._packed[name]
