@@ -212,7 +212,8 @@ class IncrementalVerifier:
         if end - start > SLICE:
             return False
         data = logfile.read_known(self.path, start, end) if end > start else b""
-        if self._feed_until_long(data):
+        self._feed_until_long(data)
+        if self.checker.unread_line is not None:
             self._report = None
             return False  # a long line to check in a process of its own: the task's
         if data:
