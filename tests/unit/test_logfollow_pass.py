@@ -133,3 +133,37 @@ def test_a_closed_file_is_not_checked_when_its_turn_comes(
         assert second.size < size
 
     asyncio.run(scenario())
+
+
+def test_a_long_line_that_ends_the_few_new_bytes_exactly_is_checked_in_a_task(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A line that outgrew HOLD in earlier passes and ends exactly where the few new bytes
+    end: the checker left it unread, so the pass hands it to a task, which checks it from
+    disk. (c811c5a: the pass had taken "nothing left to feed" for "caught up", and the line
+    was never checked.)"""
+    monkeypatch.setattr(logfollow, "HOLD", 4 << 10)
+    (v,) = verifiers(tmp_path, 1, lines=3)
+
+    async def follow_to_the_end() -> int:
+        size = v.path.path.stat().st_size
+        v._followed_at = -1e9  # no wait for the interval
+        v.follow(lambda: size)
+        await asyncio.sleep(0)  # the pass
+        return size
+
+    async def scenario() -> None:
+        with v.path.path.open("ab") as f:
+            f.write(b'{"long": "' + b"x" * (8 << 10))  # unfinished, past HOLD: not held
+        await follow_to_the_end()
+        assert v._task is None and v.checker.unread_line is None
+        with v.path.path.open("ab") as f:
+            f.write(b'"}\n')
+        size = await follow_to_the_end()
+        assert v._task is not None  # the line ended here: checked from disk, in the task
+        await until(lambda: v._task is not None and v._task.done())
+        assert v.checker.unread_line is None
+        assert v.size == size
+        report = v.report()
+        assert report is not None and report.lines == 4, report
+
+    asyncio.run(scenario())
