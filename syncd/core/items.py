@@ -47,6 +47,9 @@ class Kind(Enum):
 
 _NODE_KINDS = {Kind.NODE, Kind.BEAT, Kind.ASK}  # about the sender: no key, no file
 _WITH_BODY = {Kind.LIVE, Kind.FILL, Kind.PROBED, Kind.RHAVE, Kind.RDATA}
+# A kind's wire value -> (the kind, about the sender only, carries bytes): decode_item looks
+# an item up once, without Kind(value) and an Enum's Python-level __hash__ per set test.
+_BY_VALUE = {k.value: (k, k in _NODE_KINDS, k in _WITH_BODY) for k in Kind}
 RESOURCES = "resources"  # the `file` of every resource item: the instance's resources/ tree
 MAX_RESOURCE_NAME = 1024
 # Levels of a resource name at most: the largest [resources] max_depth (config.py), which is
@@ -327,14 +330,15 @@ def item_header(item: Item) -> tuple[dict[str, Any], bytes]:
 
 def decode_item(raw: dict[str, Any], body: memoryview, at: int, max_data: int,
           allowed: set[Kind]) -> tuple[Item, int]:
-    try:
-        kind = Kind(raw.get("k"))
-    except ValueError:
-        raise FrameError(f"unknown item kind {str(raw.get('k'))[:30]!r}") from None
+    value = raw.get("k")
+    known = _BY_VALUE.get(value) if type(value) is str else None
+    if known is None:
+        raise FrameError(f"unknown item kind {str(value)[:30]!r}")
+    kind, about_sender, with_body = known
     if kind not in allowed:
         raise FrameError(f"a {kind.value} item on the wrong topic")
     key = file = ""
-    if kind not in _NODE_KINDS:
+    if not about_sender:
         key_, file_ = raw.get("key"), raw.get("file")
         if not isinstance(key_, str) or not isinstance(file_, str):
             raise FrameError("an item needs 'key' and 'file' strings")
@@ -343,7 +347,7 @@ def decode_item(raw: dict[str, Any], body: memoryview, at: int, max_data: int,
         if problem:
             raise FrameError(f"unusable name in item: {problem}")
     data = b""
-    if kind in _WITH_BODY:
+    if with_body:
         n = uint(raw, "n")
         limit = MAX_ENTRIES_BODY if kind is Kind.RHAVE else max_data
         if n > limit:
