@@ -63,3 +63,11 @@ def test_an_item_on_a_channel_that_does_not_carry_it_is_refused() -> None:
     header, body = items.item_header(Item(Kind.REQ, ONE_OF_EACH[Kind.REQ], "bot-1", "f"))
     with pytest.raises(FrameError, match="req item on the wrong topic"):
         items.decode_item(header, memoryview(body), 0, 1 << 20, CHANNEL_KINDS[Channel.ALL])
+
+
+@pytest.mark.parametrize("k", ["nope", "LIVE", "Kind.LIVE", 3, None, True, ["live"], {"k": 1}])
+def test_an_item_of_no_known_kind_is_refused(k: object) -> None:
+    header, body = items.item_header(Item(Kind.LIVE, ONE_OF_EACH[Kind.LIVE], "bot-1", "f"))
+    header["k"] = k
+    with pytest.raises(FrameError, match="unknown item kind"):
+        items.decode_item(header, memoryview(body), 0, 1 << 20, set(Kind))
