@@ -255,6 +255,8 @@ def trace_turn_peaks(path: Path, threshold: int = 2 << 20, snaps: int = 0,
                             f.write(f"    {line}\n")
 
     asyncio.events.Handle._run = run  # type: ignore[method-assign,assignment]
+    if os.environ.get(f"{TURNPEAK}_MESSAGES"):
+        _message_peaks(out, threshold)
     if snaps <= 0:
         return
     link = importlib.import_module("syncd.net.link").Link
@@ -269,5 +271,30 @@ def trace_turn_peaks(path: Path, threshold: int = 2 << 20, snaps: int = 0,
             if now - at > 1 << 20:
                 turn["at"], turn["at_kib"] = now, now >> 10
                 turn["mid"] = tracemalloc.take_snapshot()
+
+    link._handle = handle
+
+
+def _message_peaks(out: TextIO, threshold: int) -> None:
+    """SYNCD_TURNPEAK_MESSAGES=1: a line for every message of the link whose handling rose
+    the traced memory by more than `threshold` at its peak: its topic, size and first item
+    kinds. (The callback's own peak then counts from its last message only.)"""
+    import importlib
+    import re
+
+    link = importlib.import_module("syncd.net.link").Link
+    handle_one = link._handle
+    kinds = re.compile(rb'"k":"(\w+)"')
+
+    def handle(self: object, topic: str, payload: bytes) -> None:
+        before, _ = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        handle_one(self, topic, payload)
+        now, peak = tracemalloc.get_traced_memory()
+        if peak - before > threshold:
+            seen = b",".join(kinds.findall(payload[:8192])[:4]).decode("ascii", "replace")
+            out.write(f"{time.time():.2f} message peak=+{(peak - before) >> 10} "
+                      f"kept={(now - before) >> 10} size={len(payload) >> 10} {topic} "
+                      f"kinds={seen}\n")
 
     link._handle = handle
