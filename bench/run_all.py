@@ -90,6 +90,8 @@ LAG_P50_MS, LAG_P99_MS, LSYNCD_FACTOR = 3.0, 20.0, 10.0
 CPU_PER_WRITE_US, STOCK_P99_MS, W2000_P99_MS, W5000_P99_MS, CATCHUP12_MB_S = (
     150.0, 20.0, 20.0, 50.0, 200.0)
 FLOOR_FACTOR = 1.3  # issue #26: CPU per write within 1.3 x the floor measured in the same run
+# issue #26: the protection of a 700-byte frame, sealed for two recipients / opened by one
+CRYPTO_FRAME_BYTES, CRYPTO_SENDER_US, CRYPTO_RECIPIENT_US = 700, 10.0, 5.0
 QUIET_PCT, QUIET_WAIT = 10.0, 180.0  # others' CPU % that counts as quiet; longest wait, s
 DISTURBED_PCT = 25.0  # others' CPU % during a bench that makes it run again
 SCRUB_WAIT_MAX = 90.0  # wait for the first scrub pass only if it starts this soon, s
@@ -199,6 +201,13 @@ def run_frames(plan: Plan) -> dict[tuple[str, int], tuple[float, float, int]]:
             for version, measure in bench_frames.VERSIONS for items in bench_frames.BATCHES}
 
 
+def run_crypto(plan: Plan) -> dict[str, float]:
+    """The protection alone of one 700-byte frame (bench_frames.crypto_only): sealed for two
+    recipients by the sender, opened by one of them; what issue #26's crypto target names."""
+    seal, open_, _ = bench_frames.crypto_only(CRYPTO_FRAME_BYTES, 3 * plan.frame_rounds)
+    return {"sender_us": seal, "recipient_us": open_}
+
+
 class Suite:
     def __init__(self, plan: Plan, root: Path, profile: Path | None, retries: int,
                  quiet_wait: float = QUIET_WAIT) -> None:
@@ -270,6 +279,7 @@ class Suite:
             for keys in p.busy_keys})
         self.step("floor", lambda d: run_floor(d, p))
         self.step("frames", lambda d: run_frames(p))
+        self.step("crypto", lambda d: run_crypto(p))
 
 
 # --- the report -----------------------------------------------------------------------------
@@ -418,6 +428,14 @@ class Report:
                          f"{self.plan.idle_seconds:g} s (A / B)", f"< {IDLE_CPU_PCT:g} %",
                          " / ".join(f"{v:.2f} %" for v in sc["idle_cpu"].values()),
                          verdict(idle < IDLE_CPU_PCT), self.others("scale")])
+        cr = self.get("crypto")
+        rows.append([f"crypto per {CRYPTO_FRAME_BYTES}-byte frame, wire version 6: sender "
+                     "(2 recipients) / recipient",
+                     f"<= {CRYPTO_SENDER_US:g} / <= {CRYPTO_RECIPIENT_US:g} µs",
+                     f"{cr['sender_us']:.1f} / {cr['recipient_us']:.1f} µs" if cr else "failed",
+                     verdict(cr["sender_us"] <= CRYPTO_SENDER_US
+                             and cr["recipient_us"] <= CRYPTO_RECIPIENT_US if cr else None),
+                     self.others("crypto")])
         cu = self.get("catch-up")
         rows.append([f"catch-up of a {self.plan.catchup_mb} MB log, start-up included",
                      f">= {CATCHUP12_MB_S:g} MB/s",
@@ -666,7 +684,9 @@ class Report:
                 "`python -m bench.bench_frames`: one frame with 1, 10 and 100 live items of "
                 "one Ishiki line each, in wire version 5 (the sender encodes and signs it with "
                 "Ed25519, the recipient verifies and decodes it) and in version 6 (sealed for "
-                "two recipients, opened by one).", "",
+                "two recipients, opened by one). The crypto alone of a 700-byte frame (sealing "
+                "for two recipients, opening as one: `sealed.seal_bytes` / `open_bytes`, "
+                "without the items' codec) is the row of the targets above.", "",
                 table(["wire version", "items per frame", "frame bytes", "sender",
                        "recipient", "per item"], self.frame_rows())]
         out += ["", "## Commands", "",
