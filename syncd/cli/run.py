@@ -52,9 +52,7 @@ def command(config_path: Path, log_level: str, log_format: str) -> None:
         click.echo(f"syncd: config error: {e}", err=True)
         sys.exit(2)
     logoutput.setup(log_level, log_format)
-    # Frames come from the heap, not from fresh mappings; larger blocks are mapped apart
-    # (ops/allocator.py).
-    allocator.tune(allocator.mmap_threshold(config.chunk_bytes))
+    allocator.tune()  # frames come from the heap, not from fresh mappings (ops/allocator.py)
     if log_level != "debug":
         logging.getLogger("syncd.mqtt").setLevel(logging.WARNING)
     try:

@@ -37,14 +37,7 @@ M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
 M_ARENA_MAX = -8
 ARENA_MAX = 1
-# Blocks past this are mapped apart (and given back when freed), the rest come from the
-# heap: mmap_threshold(chunk_bytes), so that every frame of the configured size is the heap's
-# and what is larger (a peer's frame of up to a MiB of made-up items, a read of a fetch window
-# or of a log check's STEP) does not leave the heap grown and cut up: the hostile long mode's
-# victims grew by 54.5, 55.4 and 47.3 MiB with 512 KiB against 61.2, 61.2 and 65.9 with every
-# block under 16 MiB from the heap (docs/peer-limits.md).
 MMAP_THRESHOLD = 16 << 20  # chunk_bytes is at most 16 MiB: every frame comes from the heap
-MMAP_AT_LEAST = 512 << 10
 TRIM_THRESHOLD = 32 << 20  # free memory at the top of the heap kept for the next frames
 # (8 MiB made a 256 MB catch-up about 10 % slower: every frame grew the heap again)
 # Between two trims the heap may keep what one second of frames freed; a trim of a 50 MiB
@@ -53,15 +46,8 @@ TRIM_THRESHOLD = 32 << 20  # free memory at the top of the heap kept for the nex
 TRIM_INTERVAL = 1.0
 
 
-def mmap_threshold(chunk_bytes: int) -> int:
-    """The mmap threshold for frames of `chunk_bytes`: twice that (a frame, its header and
-    the copies paho makes of it), at least MMAP_AT_LEAST, at most MMAP_THRESHOLD."""
-    return min(MMAP_THRESHOLD, max(MMAP_AT_LEAST, 2 * chunk_bytes))
-
-
-def tune(mmap_at: int = MMAP_THRESHOLD) -> bool:
-    """Set the thresholds (blocks from `mmap_at` bytes on mapped apart); whether they were
-    set (False: not glibc, or set by environment)."""
+def tune() -> bool:
+    """Set the thresholds; whether they were set (False: not glibc, or set by environment)."""
     if any(v in os.environ for v in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")):
         return False
     name = ctypes.util.find_library("c")
@@ -75,7 +61,7 @@ def tune(mmap_at: int = MMAP_THRESHOLD) -> bool:
     mallopt.restype = ctypes.c_int
     if "MALLOC_ARENA_MAX" not in os.environ:
         mallopt(M_ARENA_MAX, ARENA_MAX)
-    return bool(mallopt(M_MMAP_THRESHOLD, mmap_at)
+    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
                 and mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
 
 

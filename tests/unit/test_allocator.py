@@ -59,10 +59,3 @@ def test_threads_allocate_from_one_arena() -> None:
     out = subprocess.run([sys.executable, "-c", ARENAS], env=env, capture_output=True,
                          text=True, check=True, timeout=60).stdout
     assert int(out) == 1
-
-
-def test_frames_of_the_configured_size_come_from_the_heap_larger_blocks_are_mapped() -> None:
-    assert allocator.mmap_threshold(256 << 10) == 512 << 10
-    assert allocator.mmap_threshold(1 << 10) == allocator.MMAP_AT_LEAST
-    assert allocator.mmap_threshold(4 << 20) == 8 << 20
-    assert allocator.mmap_threshold(16 << 20) == allocator.MMAP_THRESHOLD
