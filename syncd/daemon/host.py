@@ -339,6 +339,7 @@ class Host:
                 service.close()
             self.watcher.stop()
             await self.link.close()
+            self.gate.opening.close()  # frames still to open: asked for again
             for t in tasks:
                 t.cancel()
             for t in tasks:
