@@ -34,7 +34,6 @@ from syncd.core.ledger import BLOCK, DIGEST_SIZE
 from syncd.core.pairkeys import PairKeys
 from syncd.core.telemetry import Telemetry
 from syncd.daemon.filetask import FileTask
-from syncd.daemon.opening import Opening
 from syncd.daemon.outbound import Outbound
 from syncd.daemon.presence import Presence
 from syncd.daemon.resourcehub import RESOURCE_KINDS, ResourceHub
@@ -86,7 +85,6 @@ class FrameGate:
         self._listed_cache: dict[str, tuple[str, Any]] = {}
         self._names_for: dict[str, tuple[str, Any]] | None = None
         self._names_cache: dict[str, str] = {}
-        self.opening = Opening()
 
     @property
     def _listed(self) -> dict[str, tuple[str, Any]]:
@@ -125,38 +123,23 @@ class FrameGate:
         max_data = max(host.config.chunk_bytes, 16 << 20)
         assert host.pairs is not None
         pairs = host.pairs
-        node, epoch = host.node, host.epoch
-
-        def opener() -> frames.Frame:
+        try:
             if route.channel is Channel.PRESENCE:  # always signed: it carries the run key
-                return frames.decode(route, payload, sender, max_data, key, topic)
-            return sealed.decode_any(route, payload, sender, max_data, topic, key, node, epoch,
-                                     lambda e: pairs.receiving(sender, e), presence.opening)
-
-        # A large frame is opened on a thread, the rest below runs in arrival order (opening.py).
-        self.opening.open(len(payload), opener,
-                          lambda opened: self._opened(route, topic, payload, sender, key, opened))
-
-    def _opened(self, route: frames.Route, topic: str, payload: bytes, sender: str, key: Any,
-                opened: frames.Frame | Exception) -> None:
-        """on_message, once the frame is opened (or failed to open)."""
-        host, presence = self.host, self.presence
-        if isinstance(opened, sealed.NotForUs):
+                frame = frames.decode(route, payload, sender, max_data, key, topic)
+            else:
+                frame = sealed.decode_any(route, payload, sender, max_data, topic, key,
+                                          host.node, host.epoch,
+                                          lambda epoch: pairs.receiving(sender, epoch),
+                                          presence.opening)
+        except sealed.NotForUs as e:
             # Around a restart or a join: the sender restates what matters once it hears our
             # presence (and we asked every peer to, at connect).
             self.not_for_us += 1
-            log.debug("%s: %s", topic, opened)
+            log.debug("%s: %s", topic, e)
             return
-        if isinstance(opened, FrameError):
-            self.reject(topic, str(opened), route.sender)
+        except FrameError as e:
+            self.reject(topic, str(e), route.sender)
             return
-        if isinstance(opened, Exception):
-            raise opened
-        frame = opened
-        assert host.pairs is not None
-        pairs = host.pairs
-        if route.channel is Channel.PRESENCE and presence.last.get(sender) == payload:
-            return  # the same presence again, heard while this one waited to be opened
         if route.channel is Channel.POSITION and self._claimed(sender, frame.items[0]) is None:
             return  # no key of ours, nor one it may make: no replay state kept for it either
         # A keyed position level is the sender's choice: its replay state is kept per file

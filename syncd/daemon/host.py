@@ -339,7 +339,6 @@ class Host:
                 service.close()
             self.watcher.stop()
             await self.link.close()
-            self.gate.opening.close()  # frames still to open: asked for again
             for t in tasks:
                 t.cancel()
             for t in tasks:
