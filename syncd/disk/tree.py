@@ -72,19 +72,23 @@ class _Openat2:
     def __init__(self) -> None:
         self.works = os.uname().sysname == "Linux"
         self._syscall: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
-        self._how: dict[tuple[int, int], ctypes.Array[ctypes.c_char]] = {}
+        self._how: dict[tuple[int, int], bytes] = {}
 
     def __call__(self, dir_fd: int, rel: str, flags: int, mode: int) -> int:
         if self._syscall is None:
+            # A function pointer of its own, its argument types declared: the conversions
+            # happen in C, not as four ctypes objects made per call (a look at every write).
+            # The same registers as the variadic syscall(2) takes them on Linux's ABIs.
             libc = ctypes.CDLL(None, use_errno=True)
-            libc.syscall.restype = ctypes.c_long
-            self._syscall = libc.syscall
+            call = ctypes.CFUNCTYPE(ctypes.c_long, ctypes.c_long, ctypes.c_int, ctypes.c_char_p,
+                                    ctypes.c_char_p, ctypes.c_size_t,
+                                    use_errno=True)(("syscall", libc))
+            self._syscall = call
         how = self._how.get((flags, mode))
         if how is None:
-            how = self._how[(flags, mode)] = ctypes.create_string_buffer(
-                _HOW.pack(flags, mode, _RESOLVE), _HOW.size)
-        fd = self._syscall(ctypes.c_long(_SYS_OPENAT2), ctypes.c_int(dir_fd),
-                           ctypes.c_char_p(os.fsencode(rel)), how, ctypes.c_size_t(_HOW.size))
+            # Read by the kernel only (copied in): an immutable buffer will do.
+            how = self._how[(flags, mode)] = _HOW.pack(flags, mode, _RESOLVE)
+        fd = self._syscall(_SYS_OPENAT2, dir_fd, os.fsencode(rel), how, _HOW.size)
         if fd < 0:
             err = ctypes.get_errno()
             if err in (errno.ENOSYS, errno.EPERM):
@@ -94,6 +98,9 @@ class _Openat2:
 
 
 _openat2 = _Openat2()
+# openat2's refusals that the walk one component at a time explains (or does instead)
+_WALK_INSTEAD = frozenset((errno.ELOOP, errno.ENOTDIR, errno.EXDEV, errno.ENOSYS, errno.EPERM,
+                           errno.EISDIR, errno.ENXIO, errno.EAGAIN))
 
 
 def _open_beneath(spot: Spot, flags: int, mode: int = 0) -> int | None:
@@ -105,8 +112,7 @@ def _open_beneath(spot: Spot, flags: int, mode: int = 0) -> int | None:
     try:
         return _openat2(top, "/".join(spot.parts), flags | os.O_CLOEXEC, mode)
     except OSError as e:
-        if e.errno in (errno.ELOOP, errno.ENOTDIR, errno.EXDEV, errno.ENOSYS, errno.EPERM,
-                       errno.EISDIR, errno.ENXIO, errno.EAGAIN):
+        if e.errno in _WALK_INSTEAD:
             return None
         raise
     finally:
@@ -241,11 +247,27 @@ def open_file(spot: Spot, flags: int = os.O_RDONLY, mode: int = 0o666) -> int:
         os.close(parent)
 
 
+def open_parent(spot: Spot) -> int:
+    """open_dir(spot.parent), without making that Spot: the look at a busy file asks for its
+    directory at every write (the same openat2 call, or the same walk when it is refused)."""
+    parts = spot.parts
+    if len(parts) > 1 and _openat2.works:
+        top = os.open(spot.top, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            return _openat2(top, "/".join(parts[:-1]), _DIR_FLAGS, 0)
+        except OSError as e:
+            if e.errno not in _WALK_INSTEAD:
+                raise
+        finally:
+            os.close(top)
+    return open_dir(spot.parent)
+
+
 def lstat(spot: Spot) -> os.stat_result | None:
     """The entry's own stat (a link is not followed), reached through descriptors; None when
     it or a directory above it is missing. A link on the way raises NotRegularFile."""
     try:
-        parent = open_dir(spot.parent)
+        parent = open_parent(spot)
     except FileNotFoundError:
         return None
     try:
