@@ -424,11 +424,14 @@ class FileTask:
         logoutput.PEER.set(getattr(event, "peer", None))  # JSON log lines about it name the peer
         plan = m.reads_for(event)
         loop = self._loop or asyncio.get_running_loop()
+        if plan.empty:  # a decision that needs no file (two of a replicated write's three)
+            effects = m.handle(event, EMPTY, loop.time(), time.time())
+            if effects:
+                await self._perform(effects)
+            return
         reads: dict[tuple[int, int], bytes] = {}
         try:
-            if plan.empty:
-                st, line_end = None, None  # a decision that needs no file
-            elif not plan.ranges and plan.line_end_from is None:
+            if not plan.ranges and plan.line_end_from is None:
                 st, line_end = logfile.stat(self.spot), None
             elif event is LOOK_FULL:
                 # The name resolved first, as a stat-only look would have: the descriptor of
