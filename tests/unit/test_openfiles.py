@@ -11,7 +11,7 @@ import pytest
 from syncd.core.errors import FileReplaced
 from syncd.core.oslimits import KEPT_CEILING, KEPT_FLOOR, kept_descriptors
 from syncd.core.spot import Spot
-from syncd.disk import logfile
+from syncd.disk import logfile, tree
 from syncd.disk.openfiles import APPEND, OPEN, READ, OpenFiles
 from syncd.disk.tree import NotRegularFile
 
@@ -199,12 +199,22 @@ def test_a_write_only_descriptor_is_not_read_from(tmp_path: Path) -> None:
 # --- logfile.look: the stat and the read of a writer's look in one resolution -----------------
 
 
+@pytest.fixture(params=["openat2", "one level at a time"])
+def resolver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The look's directory reached with openat2 (where the kernel has it) and by the walk."""
+    if request.param != "openat2":
+        monkeypatch.setattr(tree._openat2, "works", False)
+    elif not tree._openat2.works:
+        pytest.skip("no openat2 here")
+    return str(request.param)
+
+
 def look_in_one(spot: Spot) -> bytes:
     _, reads, _ = logfile.look(spot, ((0, 100),), None)
     return reads[(0, 100)]
 
 
-def test_one_resolution_reads_a_file_renamed_over_afresh(tmp_path: Path) -> None:
+def test_one_resolution_reads_a_file_renamed_over_afresh(tmp_path: Path, resolver: str) -> None:
     spot, path = spot_in(tmp_path)
     assert look_in_one(spot) == b"a\n"
     new = path.with_name("new")
@@ -215,7 +225,8 @@ def test_one_resolution_reads_a_file_renamed_over_afresh(tmp_path: Path) -> None
     assert st is not None and st.ino == os.stat(path).st_ino
 
 
-def test_one_resolution_refuses_a_directory_swapped_for_a_link(tmp_path: Path) -> None:
+def test_one_resolution_refuses_a_directory_swapped_for_a_link(
+        tmp_path: Path, resolver: str) -> None:
     spot, _ = spot_in(tmp_path)
     assert look_in_one(spot) == b"a\n"
     os.rename(tmp_path / "k" / "mem", tmp_path / "k" / "moved")
@@ -224,7 +235,8 @@ def test_one_resolution_refuses_a_directory_swapped_for_a_link(tmp_path: Path) -
         logfile.look(spot, ((0, 100),), None)
 
 
-def test_one_resolution_refuses_a_link_or_a_fifo_in_the_file_s_place(tmp_path: Path) -> None:
+def test_one_resolution_refuses_a_link_or_a_fifo_in_the_file_s_place(
+        tmp_path: Path, resolver: str) -> None:
     spot, path = spot_in(tmp_path)
     assert look_in_one(spot) == b"a\n"
     secret = tmp_path / "secret"
@@ -239,7 +251,7 @@ def test_one_resolution_refuses_a_link_or_a_fifo_in_the_file_s_place(tmp_path: P
         logfile.look(spot, ((0, 100),), None)
 
 
-def test_one_resolution_lets_a_deleted_file_go(tmp_path: Path) -> None:
+def test_one_resolution_lets_a_deleted_file_go(tmp_path: Path, resolver: str) -> None:
     spot, path = spot_in(tmp_path)
     look_in_one(spot)
     fd_count = len(os.listdir("/proc/self/fd"))
@@ -251,7 +263,7 @@ def test_one_resolution_lets_a_deleted_file_go(tmp_path: Path) -> None:
 
 
 def test_one_resolution_reads_through_the_kept_descriptor_and_stats_its_inode(
-        tmp_path: Path) -> None:
+        tmp_path: Path, resolver: str) -> None:
     spot, path = spot_in(tmp_path, b"a\nb")
     look_in_one(spot)
     kept = OPEN.take_any(spot)
