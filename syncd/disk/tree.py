@@ -72,23 +72,19 @@ class _Openat2:
     def __init__(self) -> None:
         self.works = os.uname().sysname == "Linux"
         self._syscall: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
-        self._how: dict[tuple[int, int], bytes] = {}
+        self._how: dict[tuple[int, int], ctypes.Array[ctypes.c_char]] = {}
 
     def __call__(self, dir_fd: int, rel: str, flags: int, mode: int) -> int:
         if self._syscall is None:
-            # A function pointer of its own, its argument types declared: the conversions
-            # happen in C, not as four ctypes objects made per call (a look at every write).
-            # The same registers as the variadic syscall(2) takes them on Linux's ABIs.
             libc = ctypes.CDLL(None, use_errno=True)
-            call = ctypes.CFUNCTYPE(ctypes.c_long, ctypes.c_long, ctypes.c_int, ctypes.c_char_p,
-                                    ctypes.c_char_p, ctypes.c_size_t,
-                                    use_errno=True)(("syscall", libc))
-            self._syscall = call
+            libc.syscall.restype = ctypes.c_long
+            self._syscall = libc.syscall
         how = self._how.get((flags, mode))
         if how is None:
-            # Read by the kernel only (copied in): an immutable buffer will do.
-            how = self._how[(flags, mode)] = _HOW.pack(flags, mode, _RESOLVE)
-        fd = self._syscall(_SYS_OPENAT2, dir_fd, os.fsencode(rel), how, _HOW.size)
+            how = self._how[(flags, mode)] = ctypes.create_string_buffer(
+                _HOW.pack(flags, mode, _RESOLVE), _HOW.size)
+        fd = self._syscall(ctypes.c_long(_SYS_OPENAT2), ctypes.c_int(dir_fd),
+                           ctypes.c_char_p(os.fsencode(rel)), how, ctypes.c_size_t(_HOW.size))
         if fd < 0:
             err = ctypes.get_errno()
             if err in (errno.ENOSYS, errno.EPERM):
