@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import gc
 
-
 FULL_EVERY = 100  # middle-generation collections before a full one (CPython: 10)
 
 
