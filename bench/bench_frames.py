@@ -46,7 +46,8 @@ def signed(items: int, rounds: int) -> tuple[float, float, int]:
     return encode * 1e6, decode * 1e6, len(raw)
 
 
-def sealed_for_two(items: int, rounds: int) -> tuple[float, float, int]:
+def three_hosts() -> tuple[dict[str, PairKeys], list[sealed.Recipient]]:
+    """Hosts a, b, c (runs 1, 2, 3) that know each other, and a's recipients b and c."""
     hosts = {n: PairKeys(n, e, node_identity(n).key) for n, e in (("a", 1), ("b", 2), ("c", 3))}
     for x in hosts.values():
         for y in hosts.values():
@@ -57,6 +58,11 @@ def sealed_for_two(items: int, rounds: int) -> tuple[float, float, int]:
         pair = hosts["a"].sending(n)
         assert pair is not None
         recipients.append((n, *pair))
+    return hosts, recipients
+
+
+def sealed_for_two(items: int, rounds: int) -> tuple[float, float, int]:
+    hosts, recipients = three_hosts()
     batch = batch_of(items)
     topic = frames.all_topic(P, "a")
     route = frames.parse_topic(P, topic)
@@ -78,16 +84,7 @@ def sealed_for_two(items: int, rounds: int) -> tuple[float, float, int]:
 def crypto_only(size: int, rounds: int) -> tuple[float, float, int]:
     """The sealing alone (sealed.seal_bytes / open_bytes) of `size` plaintext bytes, two
     recipients: what version 6 adds per frame; the items' codec is the same in both."""
-    hosts = {n: PairKeys(n, e, node_identity(n).key) for n, e in (("a", 1), ("b", 2), ("c", 3))}
-    for x in hosts.values():
-        for y in hosts.values():
-            if x is not y:
-                x.learn(y.node, y.epoch, node_identity(y.node).key.public_key(), y.run_public)
-    recipients = []
-    for n in ("b", "c"):
-        pair = hosts["a"].sending(n)
-        assert pair is not None
-        recipients.append((n, *pair))
+    hosts, recipients = three_hosts()
     topic = frames.all_topic(P, "a")
     plain = bytes(size)
     sending, opening = sealed.BodyKeys(), sealed.BodyKeys()

@@ -89,6 +89,9 @@ LAG_P50_MS, LAG_P99_MS, LSYNCD_FACTOR = 3.0, 20.0, 10.0
 # Targets from issue 12 (bench/targets12.py measures the same, alone).
 CPU_PER_WRITE_US, STOCK_P99_MS, W2000_P99_MS, W5000_P99_MS, CATCHUP12_MB_S = (
     150.0, 20.0, 20.0, 50.0, 200.0)
+FLOOR_FACTOR = 1.3  # issue #26: CPU per write within 1.3 x the floor measured in the same run
+# issue #26: the protection of a 700-byte frame, sealed for two recipients / opened by one
+CRYPTO_FRAME_BYTES, CRYPTO_SENDER_US, CRYPTO_RECIPIENT_US = 700, 10.0, 5.0
 QUIET_PCT, QUIET_WAIT = 10.0, 180.0  # others' CPU % that counts as quiet; longest wait, s
 DISTURBED_PCT = 25.0  # others' CPU % during a bench that makes it run again
 SCRUB_WAIT_MAX = 90.0  # wait for the first scrub pass only if it starts this soon, s
@@ -182,8 +185,9 @@ def run_floor(root: Path, plan: Plan) -> dict[str, Any]:
     for raw in (False, True):
         reader = "own reader" if raw else "paho"
         out[reader] = {
+            # syncd's defaults: no batch window (inotify and group commit), two standbys.
             "per_write": bench_floor.per_write(root / f"w-{raw}", 500, plan.floor_seconds,
-                                               0.01, raw, FLOOR_CRYPTO),
+                                               0.0, raw, FLOOR_CRYPTO, standbys=2),
             "catchup": bench_floor.catchup(root / f"c-{raw}", plan.floor_catchup_mb,
                                            256 * 1024, raw, FLOOR_CRYPTO),
         }
@@ -195,6 +199,15 @@ def run_frames(plan: Plan) -> dict[tuple[str, int], tuple[float, float, int]]:
     frame bytes)."""
     return {(version, items): measure(items, max(plan.frame_rounds // items, 50))
             for version, measure in bench_frames.VERSIONS for items in bench_frames.BATCHES}
+
+
+def run_crypto(plan: Plan) -> dict[str, float]:
+    """The protection alone of one 700-byte frame (bench_frames.crypto_only): sealed for two
+    recipients by the sender, opened by one of them; what issue #26's crypto target names."""
+    # A few microseconds each: enough rounds even in --quick to pass the warm-up (0.1 s).
+    seal, open_, _ = bench_frames.crypto_only(CRYPTO_FRAME_BYTES,
+                                              max(3 * plan.frame_rounds, 9000))
+    return {"sender_us": seal, "recipient_us": open_}
 
 
 class Suite:
@@ -268,6 +281,7 @@ class Suite:
             for keys in p.busy_keys})
         self.step("floor", lambda d: run_floor(d, p))
         self.step("frames", lambda d: run_frames(p))
+        self.step("crypto", lambda d: run_crypto(p))
 
 
 # --- the report -----------------------------------------------------------------------------
@@ -374,10 +388,14 @@ class Report:
         r500 = self.get("syncd 500 2")
         if r500:
             cpu = r500["cpu_per_write_us"]
+            limits = self.cpu_limits()
+            target = f"<= {CPU_PER_WRITE_US:g} µs" + (
+                f" or {FLOOR_FACTOR:g} x the floor (writer / standby {limits[0]:.0f} / "
+                f"{limits[1]:.0f} µs), whichever is higher" if limits else "")
+            lim = limits or (CPU_PER_WRITE_US, CPU_PER_WRITE_US)
             rows.append(["CPU per replicated write, 500 writes/s, 2 standbys (writer a / b / c)",
-                         f"<= {CPU_PER_WRITE_US:g} µs",
-                         " / ".join(f"{us:.0f} µs" for us in cpu.values()),
-                         verdict(max(cpu.values()) <= CPU_PER_WRITE_US),
+                         target, " / ".join(f"{us:.0f} µs" for us in cpu.values()),
+                         verdict(all(us <= lim[0 if n == "a" else 1] for n, us in cpu.items())),
                          self.others("syncd 500 2")])
         for rate in (2000, 5000):
             r = self.get(f"syncd {rate} {2 if rate == 2000 else 1}")
@@ -412,6 +430,14 @@ class Report:
                          f"{self.plan.idle_seconds:g} s (A / B)", f"< {IDLE_CPU_PCT:g} %",
                          " / ".join(f"{v:.2f} %" for v in sc["idle_cpu"].values()),
                          verdict(idle < IDLE_CPU_PCT), self.others("scale")])
+        cr = self.get("crypto")
+        rows.append([f"crypto per {CRYPTO_FRAME_BYTES}-byte frame, wire version 6: sender "
+                     "(2 recipients) / recipient",
+                     f"<= {CRYPTO_SENDER_US:g} / <= {CRYPTO_RECIPIENT_US:g} µs",
+                     f"{cr['sender_us']:.1f} / {cr['recipient_us']:.1f} µs" if cr else "failed",
+                     verdict(cr["sender_us"] <= CRYPTO_SENDER_US
+                             and cr["recipient_us"] <= CRYPTO_RECIPIENT_US if cr else None),
+                     self.others("crypto")])
         cu = self.get("catch-up")
         rows.append([f"catch-up of a {self.plan.catchup_mb} MB log, start-up included",
                      f">= {CATCHUP12_MB_S:g} MB/s",
@@ -419,6 +445,17 @@ class Report:
                      else "failed", verdict(cu["mb_s"] >= CATCHUP12_MB_S if cu else None),
                      self.others("catch-up")])
         return rows
+
+    def cpu_limits(self) -> tuple[float, float] | None:
+        """Issue #26's CPU per write limits (writer, standby): 150 µs or FLOOR_FACTOR x the
+        floor measured in the same run (the lower of its two readers), whichever is higher."""
+        fl = self.get("floor")
+        if fl is None:
+            return None
+        writer = min(r["per_write"]["writer_us"] for r in fl.values())
+        standby = min(r["per_write"]["standby_us"] for r in fl.values())
+        return (max(CPU_PER_WRITE_US, FLOOR_FACTOR * writer),
+                max(CPU_PER_WRITE_US, FLOOR_FACTOR * standby))
 
     def floor_rows(self) -> list[list[str]]:
         fl = self.get("floor")
@@ -634,11 +671,13 @@ class Report:
                    f"failed: {self.errors.get('verify')}")
         out += ["", "## The floor of the stack", "",
                 "`bench/bench_floor.py`: the same two measurements for a pipeline with none of "
-                "syncd's logic, only the work every copy must do. At 500 writes/s the writer "
-                "wakes every 10 ms, reads what was appended, fdatasyncs it, seals it (AES-GCM "
-                "under a key wrapped for the standby, as wire version 6 does: "
-                "syncd/core/sealed.py) and publishes it through paho; the standby opens it, "
-                "appends and fdatasyncs. The catch-up sends 256 KiB pieces of a "
+                "syncd's logic, only the work every copy must do. At 500 writes/s, with syncd's "
+                "default batching (no window: woken by inotify, what is appended meanwhile goes "
+                "in the next look), the writer reads what was appended, fdatasyncs it, seals "
+                "it (AES-GCM under a key wrapped for each of two standbys, as wire version 6 "
+                "does: syncd/core/sealed.py) and publishes it through paho; each standby opens "
+                "it, appends and fdatasyncs (the standby column: the costlier of the two). "
+                "The catch-up sends 256 KiB pieces of a "
                 f"{p.floor_catchup_mb} MB file. Each runs twice: the standby reading through "
                 "paho, then reading the socket itself.", "",
                 table(["standby reads with", "CPU per write, writer", "CPU per write, standby",
@@ -647,7 +686,9 @@ class Report:
                 "`python -m bench.bench_frames`: one frame with 1, 10 and 100 live items of "
                 "one Ishiki line each, in wire version 5 (the sender encodes and signs it with "
                 "Ed25519, the recipient verifies and decodes it) and in version 6 (sealed for "
-                "two recipients, opened by one).", "",
+                "two recipients, opened by one). The crypto alone of a 700-byte frame (sealing "
+                "for two recipients, opening as one: `sealed.seal_bytes` / `open_bytes`, "
+                "without the items' codec) is the row of the targets above.", "",
                 table(["wire version", "items per frame", "frame bytes", "sender",
                        "recipient", "per item"], self.frame_rows())]
         out += ["", "## Commands", "",

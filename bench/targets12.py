@@ -8,7 +8,7 @@ Steps (names for --only): cpu500 (500 writes/s, two standbys: CPU per write of e
 stock (500 writes/s through a stock-config Mosquitto, one standby), w2000 (2000 writes/s, two
 standbys), w5000 (5000 writes/s, one standby), busy (the busy-keys curve, bench_busy.py),
 idle (1000 idle keys: CPU and RSS, bench_scale.py), catchup (a new standby `--catchup-mb` MB
-behind), floor (the same CPU per write and catch-up for a bare paho + Ed25519 pipeline without
+behind), floor (the same CPU per write and catch-up for a bare paho + AES-GCM pipeline without
 syncd's logic, bench_floor.py: what this machine allows at all). Every wait is bounded: a copy
 that never catches up is reported as missing writes.
 
@@ -187,8 +187,11 @@ def main() -> None:
                 rows = []
                 for raw in (False, True):
                     reader = "its own socket reader" if raw else "paho"
-                    w = bench_floor.per_write(d / f"w{raw}", 500, secs, 0.01, raw)
-                    c = bench_floor.catchup(d / f"c{raw}", args.catchup_mb, 256 * 1024, raw)
+                    # syncd's defaults: no batch window, wire version 6's AES-GCM, 2 standbys
+                    w = bench_floor.per_write(d / f"w{raw}", 500, secs, 0.0, raw, "aes-gcm",
+                                              standbys=2)
+                    c = bench_floor.catchup(d / f"c{raw}", args.catchup_mb, 256 * 1024, raw,
+                                            "aes-gcm")
                     rows += [[f"floor, no syncd logic, standby reading with {reader}: CPU per "
                               "write at 500 writes/s, writer / standby",
                               f"{w['writer_us']:.0f} / {w['standby_us']:.0f} µs", "(reported)"],

@@ -36,6 +36,7 @@ from syncd.config import SOCKET_NAME
 from syncd.core import selection, shellwords
 from syncd.core.safe_text import safe, safe_json, safe_tree
 from syncd.core.takeover import Takeover, takeover, to_json
+from syncd.core.units import human_bytes
 from syncd.ops.control import ControlError, Unreachable, query
 
 PROBLEM_STATES = {"diverged", "reset", "paused", "error"}
@@ -207,22 +208,10 @@ def select(status: dict[str, Any], keys: Iterable[str], problems: bool) -> dict[
                                   if not problems or is_problem(f)]}
 
 
-def human(n: int) -> str:
-    """Bytes for people: exact below 1 KiB, else three significant digits and a binary unit."""
-    if n < 1024:
-        return f"{n} B"
-    value = float(n)
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
-        value /= 1024
-        if value < 1024 or unit == "TiB":
-            return f"{value:.3g} {unit}" if value < 1000 else f"{value:.0f} {unit}"
-    raise AssertionError("unreachable")
-
-
 def _peer(name: str, p: dict[str, Any]) -> str:
-    text = f"{name}={human(p['size'])} {p['frozen'] or p['state']}"
+    text = f"{name}={human_bytes(p['size'])} {p['frozen'] or p['state']}"
     if p.get("lag_bytes"):
-        text += f" lag {human(p['lag_bytes'])}"
+        text += f" lag {human_bytes(p['lag_bytes'])}"
         if p.get("lag_seconds") is not None:
             text += f"/{p['lag_seconds']:.1f}s"
     return text + ("" if p["online"] else " (offline)")
@@ -266,7 +255,7 @@ def render(status: dict[str, Any]) -> str:
     rows = [("KEY", "FILE", "SIZE", "STATE", "READY", "PEERS")]
     for f in status["files"]:
         peer_text = ", ".join(_peer(n, p) for n, p in f["peers"].items()) or "-"
-        rows.append((f["key"], f["file"], human(f["size"]), f["state"],
+        rows.append((f["key"], f["file"], human_bytes(f["size"]), f["state"],
                      "yes" if f["ready"] else "no", peer_text))
     for s in status.get("skipped", []):
         rows.append((s["key"] or "-", "-", "-", "error", "no", "-"))

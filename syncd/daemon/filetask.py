@@ -181,6 +181,7 @@ class FileTask:
         self._busy = False  # in host.busy_files
         self._wake = Flag()
         self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the one start() ran on
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._swept: tuple[int, int, int, int] | None = None
@@ -205,7 +206,10 @@ class FileTask:
     # --- intake (on the event loop, never blocks) ------------------------------------------------
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name=self.name)
+        # Kept: every event's turn asks for the loop's time, and asyncio's lookup of the
+        # running loop costs a getpid(2) (its check for a fork), several per replicated write.
+        self._loop = loop = asyncio.get_running_loop()
+        self._task = loop.create_task(self._run(), name=self.name)
 
     async def stop(self, saves: list[Save] | None = None) -> None:
         """`saves`: the daemon stops; the durable record goes there, for the caller to write
@@ -358,7 +362,7 @@ class FileTask:
         finally:
             self.loaded.set()
         while True:
-            await self._wake.wait()
+            await self._wake.wait(self._loop)
             self._wake.clear()
             try:
                 await self._drain()
@@ -419,18 +423,22 @@ class FileTask:
         m = self.machine
         logoutput.PEER.set(getattr(event, "peer", None))  # JSON log lines about it name the peer
         plan = m.reads_for(event)
-        loop = asyncio.get_running_loop()
+        loop = self._loop or asyncio.get_running_loop()
+        if plan.empty:  # a decision that needs no file (two of a replicated write's three)
+            effects = m.handle(event, EMPTY, loop.time(), time.time())
+            if effects:
+                await self._perform(effects)
+            return
         reads: dict[tuple[int, int], bytes] = {}
         try:
-            if plan.empty:
-                st, line_end = None, None  # a decision that needs no file
-            elif not plan.ranges and plan.line_end_from is None:
+            if not plan.ranges and plan.line_end_from is None:
                 st, line_end = logfile.stat(self.spot), None
+            elif event is LOOK_FULL:
+                # The name resolved first, as a stat-only look would have: the descriptor of
+                # the last read is then used again, not a fresh open (openfiles.py).
+                st, reads, line_end = logfile.look(self.spot, plan.ranges, plan.line_end_from,
+                                                 self.record_kind, plan.record_start)
             else:
-                if event is LOOK_FULL:
-                    # The name resolved first, as a stat-only look would have: the descriptor
-                    # of the last read is then used again, not a fresh open (openfiles.py).
-                    logfile.stat(self.spot)
                 st, reads, line_end = logfile.snapshot(self.spot, plan.ranges, plan.line_end_from,
                                                      self.record_kind, plan.record_start)
         except OSError as e:
@@ -628,7 +636,7 @@ class FileTask:
             self._timer = None
         self._timer_at = due
         if due is not None:
-            self._timer = asyncio.get_running_loop().call_at(due, self._on_timer)
+            self._timer = (self._loop or asyncio.get_running_loop()).call_at(due, self._on_timer)
 
     def _on_timer(self) -> None:
         self._timer, self._timer_at = None, None

@@ -30,11 +30,12 @@ class Flag:
     def clear(self) -> None:
         self._set = False
 
-    async def wait(self) -> bool:
-        """Return True once the flag is set (at once if it is)."""
+    async def wait(self, loop: asyncio.AbstractEventLoop | None = None) -> bool:
+        """Return True once the flag is set (at once if it is). `loop`: the running loop, if
+        the caller knows it (asyncio's lookup costs a getpid(2): its check for a fork)."""
         if self._set:
             return True
-        f: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        f: asyncio.Future[None] = (loop or asyncio.get_running_loop()).create_future()
         if self._waiters is None:
             self._waiters = []
         self._waiters.append(f)

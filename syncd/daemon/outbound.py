@@ -69,6 +69,7 @@ class Outbound:
         self.positions = PositionSender(
             lambda item: self.outbox.add(self._all_topic(), "", item), self._publish_retained)
         self._position_topics: PositionTopics | None = None  # made once the identity is read
+        self._loop: asyncio.AbstractEventLoop | None = None  # found at the first live frame
 
     def _all_topic(self) -> str:
         return frames.all_topic(self.prefix, self.host.node)
@@ -136,7 +137,10 @@ class Outbound:
             # Numbered even if the publish is dropped: the peers then see the gap.
             self.lane += 1
             lane = self.lane
-            self._lane_sent_at = asyncio.get_running_loop().time()
+            loop = self._loop
+            if loop is None:  # once: asyncio's lookup costs a getpid(2) (its fork check)
+                loop = self._loop = asyncio.get_running_loop()
+            self._lane_sent_at = loop.time()
             lone = items[0].payload if len(items) == 1 else None
             if not (isinstance(lone, frames.Beat) and lone.every_ms):
                 # Not a beat promising its own pace: the next frame comes within

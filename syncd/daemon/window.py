@@ -60,7 +60,10 @@ class BatchWindow(Generic[T]):
         if self._timer is not None:
             self._pending[thing] = None
             return
-        loop = self._loop or asyncio.get_running_loop()
+        loop = self._loop
+        if loop is None:
+            # Found once: asyncio's lookup checks the process for a fork (a getpid(2) each).
+            loop = self._loop = asyncio.get_running_loop()
         now = loop.time()
         if now - self._last >= self.window:
             self._last = now

@@ -104,12 +104,13 @@ def read_known(path: Where, start: int, end: int) -> bytes:
         return b""
     held = OPEN.take_any(path) if isinstance(path, Spot) else None
     if held is not None:
-        with OPEN.using(held) as fd:
-            try:
-                return os.pread(fd, end - start, start)
-            except OSError as e:
-                if e.errno != errno.EBADF:  # EBADF: a write-only descriptor (opened so
-                    raise  # before appends were opened read-write): read by name
+        try:
+            return os.pread(held.fd, end - start, start)
+        except OSError as e:
+            if e.errno != errno.EBADF:  # EBADF: a write-only descriptor (opened so
+                raise  # before appends were opened read-write): read by name
+        finally:
+            OPEN.give_back(held)  # try/finally: a generator's context manager per write
     return read_range(path, start, end)
 
 
@@ -154,28 +155,81 @@ def snapshot(path: Where, ranges: tuple[tuple[int, int], ...], line_end_from: in
         st = os.fstat(fd)
         if held is None and isinstance(path, Spot):
             held = OPEN.keep(path, READ, fd, (st.st_dev, st.st_ino))
-        # No further than the size just seen: a range may reach a fetch window past the end,
-        # and pread allocates the whole length it is asked for before it reads.
-        size = st.st_size
-        reads = {(a, b): os.pread(fd, min(b, size) - a, a) if min(b, size) > a else b""
-                 for a, b in ranges}
-        line_end = None
-        if line_end_from is not None and records == ZSTD_FRAMES:
-            read_end = max((b for _, b in ranges), default=line_end_from)
-            line_end = recordkinds.frame_end_past(
-                line_end_from, record_start,
-                lambda at: _last_frame_end(fd, at, st.st_size, reads, read_end))
-        elif line_end_from is not None:
-            line_end = _line_end_from_reads(reads, line_end_from, st.st_size)
-            if line_end is None:
-                line_end = _last_line_end(fd, line_end_from, st.st_size)
-        return Stat(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns), reads, \
-            line_end
+        return _read(fd, st, ranges, line_end_from, records, record_start)
     finally:
         if held is not None:
             OPEN.give_back(held)
         else:
             os.close(fd)
+
+
+def look(spot: Spot, ranges: tuple[tuple[int, int], ...], line_end_from: int | None,
+         records: str = LINES, record_start: int | None = None
+         ) -> tuple[Stat | None, dict[tuple[int, int], bytes], int | None]:
+    """stat() then snapshot(), with one resolution of the name: its directory is reached as
+    stat() reaches it (descriptors, no link followed) and the name stat'ed there; the bytes
+    are read through the descriptor of the last read when the name still means its inode
+    (openfiles.py, as after a stat()), else through a descriptor opened in that same
+    directory (snapshot() would walk from the top once more). What snapshot() returns; the
+    stat is of the inode the bytes were read from."""
+    try:
+        parent = tree.open_parent(spot)
+    except FileNotFoundError:
+        OPEN.vouch(spot, None)
+        return None, {}, None
+    try:
+        try:
+            named = os.stat(spot.name, dir_fd=parent, follow_symlinks=False)
+        except FileNotFoundError:
+            OPEN.vouch(spot, None)
+            return None, {}, None
+        OPEN.vouch(spot, (named.st_dev, named.st_ino))
+        held = OPEN.take_read(spot)
+        if held is None:
+            try:
+                fd = tree.open_in(parent, spot.name, where=spot.path)
+            except FileNotFoundError:
+                return None, {}, None
+    finally:
+        os.close(parent)
+    if held is not None:
+        # The name's inode is the descriptor's: its stat is the one just taken.
+        try:
+            return _read(held.fd, named, ranges, line_end_from, records, record_start)
+        finally:
+            OPEN.give_back(held)
+    try:
+        st = os.fstat(fd)
+        held = OPEN.keep(spot, READ, fd, (st.st_dev, st.st_ino))
+    except BaseException:
+        os.close(fd)
+        raise
+    try:
+        return _read(fd, st, ranges, line_end_from, records, record_start)
+    finally:
+        OPEN.give_back(held)
+
+
+def _read(fd: int, st: os.stat_result, ranges: tuple[tuple[int, int], ...],
+          line_end_from: int | None, records: str, record_start: int | None
+          ) -> tuple[Stat, dict[tuple[int, int], bytes], int | None]:
+    """snapshot()'s reads through `fd`, whose stat is `st`."""
+    # No further than the size just seen: a range may reach a fetch window past the end,
+    # and pread allocates the whole length it is asked for before it reads.
+    size = st.st_size
+    reads = {(a, b): os.pread(fd, min(b, size) - a, a) if min(b, size) > a else b""
+             for a, b in ranges}
+    line_end = None
+    if line_end_from is not None and records == ZSTD_FRAMES:
+        read_end = max((b for _, b in ranges), default=line_end_from)
+        line_end = recordkinds.frame_end_past(
+            line_end_from, record_start,
+            lambda at: _last_frame_end(fd, at, size, reads, read_end))
+    elif line_end_from is not None:
+        line_end = _line_end_from_reads(reads, line_end_from, size)
+        if line_end is None:
+            line_end = _last_line_end(fd, line_end_from, size)
+    return Stat(st.st_dev, st.st_ino, size, st.st_mtime_ns, st.st_ctime_ns), reads, line_end
 
 
 def _last_frame_end(fd: int, start: int, size: int,
@@ -283,8 +337,10 @@ def sync(path: Where) -> None:
     read or appended through, when it is still open (openfiles.py), else opened by name."""
     held = OPEN.take_any(path) if isinstance(path, Spot) else None
     if held is not None:
-        with OPEN.using(held) as fd:
-            os.fdatasync(fd)
+        try:
+            os.fdatasync(held.fd)
+        finally:
+            OPEN.give_back(held)
         return
     try:
         fd = open_file(path)

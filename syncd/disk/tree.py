@@ -94,6 +94,9 @@ class _Openat2:
 
 
 _openat2 = _Openat2()
+# openat2's refusals that the walk one component at a time explains (or does instead)
+_WALK_INSTEAD = frozenset((errno.ELOOP, errno.ENOTDIR, errno.EXDEV, errno.ENOSYS, errno.EPERM,
+                           errno.EISDIR, errno.ENXIO, errno.EAGAIN))
 
 
 def _open_beneath(spot: Spot, flags: int, mode: int = 0) -> int | None:
@@ -105,8 +108,7 @@ def _open_beneath(spot: Spot, flags: int, mode: int = 0) -> int | None:
     try:
         return _openat2(top, "/".join(spot.parts), flags | os.O_CLOEXEC, mode)
     except OSError as e:
-        if e.errno in (errno.ELOOP, errno.ENOTDIR, errno.EXDEV, errno.ENOSYS, errno.EPERM,
-                       errno.EISDIR, errno.ENXIO, errno.EAGAIN):
+        if e.errno in _WALK_INSTEAD:
             return None
         raise
     finally:
@@ -241,11 +243,27 @@ def open_file(spot: Spot, flags: int = os.O_RDONLY, mode: int = 0o666) -> int:
         os.close(parent)
 
 
+def open_parent(spot: Spot) -> int:
+    """open_dir(spot.parent), without making that Spot: the look at a busy file asks for its
+    directory at every write (the same openat2 call, or the same walk when it is refused)."""
+    parts = spot.parts
+    if len(parts) > 1 and _openat2.works:
+        top = os.open(spot.top, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            return _openat2(top, "/".join(parts[:-1]), _DIR_FLAGS, 0)
+        except OSError as e:
+            if e.errno not in _WALK_INSTEAD:
+                raise
+        finally:
+            os.close(top)
+    return open_dir(spot.parent)
+
+
 def lstat(spot: Spot) -> os.stat_result | None:
     """The entry's own stat (a link is not followed), reached through descriptors; None when
     it or a directory above it is missing. A link on the way raises NotRegularFile."""
     try:
-        parent = open_dir(spot.parent)
+        parent = open_parent(spot)
     except FileNotFoundError:
         return None
     try:

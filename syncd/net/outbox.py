@@ -29,6 +29,8 @@ class Outbox:
         self.limit = limit
         self._queued: dict[str, tuple[str, list[frames.Item]]] = {}
         self._scheduled = False
+        # Found at the first item: asyncio's lookup costs a getpid(2) (its fork check).
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def add(self, topic: str, to: str, item: frames.Item) -> None:
         queued = self._queued.get(topic)
@@ -38,7 +40,10 @@ class Outbox:
             queued[1].append(item)
         if not self._scheduled:
             self._scheduled = True
-            asyncio.get_running_loop().call_soon(self.flush)
+            loop = self._loop
+            if loop is None:
+                loop = self._loop = asyncio.get_running_loop()
+            loop.call_soon(self.flush)
 
     def flush(self) -> None:
         self._scheduled = False

@@ -24,6 +24,7 @@ from typing import Any
 
 from syncd import __version__
 from syncd.core.safe_text import safe
+from syncd.core.units import human_bytes
 
 REFRESH_SECONDS = 5
 ATTENTION_SHOWN = 200  # lines in "Needs attention"; the file table below has every file
@@ -104,18 +105,6 @@ _STATE_TONE = {"in_sync": "ok", "ahead": "info", "behind": "warn", "verifying": 
 def _t(value: object) -> str:
     """Any value as HTML text: controls made visible, then escaped (quotes too)."""
     return html.escape(safe(value), quote=True)
-
-
-def size(n: int) -> str:
-    """Bytes for people: exact below 1 KiB, else three significant digits, binary units."""
-    if n < 1024:
-        return f"{n} B"
-    value = float(n)
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
-        value /= 1024
-        if value < 1024 or unit == "TiB":
-            return f"{value:.3g} {unit}" if value < 1000 else f"{value:.0f} {unit}"
-    raise AssertionError("unreachable")
 
 
 def when(ts: float | None, now: float) -> str:
@@ -345,8 +334,8 @@ def _conflicts(status: Status) -> str:
                 f'<span class="mute">resources/{_t(c["name"])}</span></td>'
                 f"<td>{_t(c['peer'])}</td>"
                 f'<td class="num">{_t(at if at is not None else "not located yet")}</td>'
-                f'<td class="num">{_t(size(int(c["ours"]["size"])))}</td>'
-                f'<td class="num">{_t(size(int(c["theirs"]["size"])))}</td></tr>')
+                f'<td class="num">{_t(human_bytes(int(c["ours"]["size"])))}</td>'
+                f'<td class="num">{_t(human_bytes(int(c["theirs"]["size"])))}</td></tr>')
         for x in r.get("refused", []):
             rows.append(f'<tr><td><span class="key">{_key(r["key"])}</span><br>'
                         f'<span class="mute">resources/{_t(x["name"])}</span></td>'
@@ -367,11 +356,11 @@ def _peer_cell(name: str, p: Mapping[str, Any], diverged: bool) -> str:
     seconds = p.get("lag_seconds")
     # A diverged peer never catches up with bytes of ours: its lag would mislead.
     lag_text = ("another history, no lag" if diverged else
-                (f"lag {size(lag)}" + (f" / {float(seconds):.1f} s" if seconds is not None
+                (f"lag {human_bytes(lag)}" + (f" / {float(seconds):.1f} s" if seconds is not None
                                        else "")) if lag else "lag 0")
     state = p.get("frozen") or p.get("state", "?")
     return (f'<div class="peer">{_t(name)} {_state(state)} '
-            f'<span class="mute">{_t(size(int(p.get("size", 0))))} · {_t(lag_text)}'
+            f'<span class="mute">{_t(human_bytes(int(p.get("size", 0))))} · {_t(lag_text)}'
             f"{'' if p.get('online') else ' · offline'}</span></div>")
 
 
@@ -386,7 +375,7 @@ def _files(files: list[Mapping[str, Any]]) -> str:
             '<span class="mute">none heard</span>'
         rows.append(
             f'<tr><td><span class="key">{_key(f["key"])}</span></td><td>{_t(f["file"])}</td>'
-            f'<td class="num">{_t(size(int(f.get("size", 0))))}</td>'
+            f'<td class="num">{_t(human_bytes(int(f.get("size", 0))))}</td>'
             f"<td>{_state(str(f.get('state', '?')))}</td><td>{ready}{reasons}</td>"
             f"<td>{peers}</td></tr>")
     body = "".join(rows) or '<tr><td colspan="6" class="mute">no replicated file yet</td></tr>'
@@ -414,7 +403,7 @@ def _peers(status: Status, now: float) -> str:
             f"<tr><td>{_t(n)}</td>"
             f"<td>{_badge('online', 'ok') if p.get('online') else _badge('offline', 'bad')}</td>"
             f"<td>{_t(when(p.get('since'), now))}</td>"
-            f'<td class="num">{_t(size(b))}</td><td class="num">{_t(f"{s:.1f} s")}</td>'
+            f'<td class="num">{_t(human_bytes(b))}</td><td class="num">{_t(f"{s:.1f} s")}</td>'
             f'<td class="num">{_t(served.get("served_requests", 0))} / '
             f'{_t(served.get("dropped_requests", 0))}</td></tr>')
     body = "".join(rows) or '<tr><td colspan="6" class="mute">no peer heard yet</td></tr>'
@@ -429,7 +418,7 @@ def _peers(status: Status, now: float) -> str:
             f'<p class="mute">Brokers listed: {brokers or "-"}; switches '
             f"{_t(status.get('broker_switches', 0))}, failed or lost connections "
             f"{_t(status.get('reconnects', 0))}, unacknowledged "
-            f"{_t(size(int(status.get('queued_bytes', 0))))}, frames refused "
+            f"{_t(human_bytes(int(status.get('queued_bytes', 0))))}, frames refused "
             f"{_t(status.get('rejected_frames', 0))}.</p></section>")
 
 

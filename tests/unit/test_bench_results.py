@@ -56,7 +56,7 @@ def test_the_results_hold_one_run_under_its_date_and_commit(
     suite.run()
 
     # Every stubbed bench was called as its signature allows; only the frames ran.
-    assert set(suite.results) == {"frames"}
+    assert set(suite.results) == {"frames", "crypto"}
     assert all(e.startswith("NotRun: ") for e in suite.errors.values()), suite.errors
     info = {"machine": run_all.machine(), "versions": run_all.versions()}
     text = run_all.Report(suite, info, ARGV, ("listener 0\n", "[node]\n"), 61.0).render()
@@ -78,6 +78,8 @@ def test_the_results_hold_one_run_under_its_date_and_commit(
     # The frames table: both wire versions at each batch size, measured now.
     frames = [line for line in lines if re.match(r"\| (5 signed|6 sealed, 2 rcpt) \|", line)]
     assert len(frames) == 6, frames
+    crypto = [line for line in lines if line.startswith("| crypto per 700-byte frame")]
+    assert len(crypto) == 1 and re.search(r"\| [\d.]+ / [\d.]+ µs \|", crypto[0]), crypto
     for row in frames:
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert cells[1] in ("1", "10", "100") and all(c.endswith(" µs") for c in cells[3:])

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from syncd.cli import status as status_cli
 from syncd.cli.main import main
-from syncd.cli.status import human, ready_report, render, select
+from syncd.cli.status import ready_report, render, select
 from syncd.ops.control import ControlError, Unreachable
 
 PEER = {"size": 1833290, "state": "in_sync", "frozen": None, "online": True, "lag_bytes": 0,
@@ -83,11 +83,6 @@ def test_select_keys_and_problems() -> None:
     frozen["files"][0]["state"] = "diverged"
     assert [f["key"] for f in select(frozen, ["bot-1", "bot-2"], True)["files"]] == ["bot-1"]
     assert render(select(STATUS, ["nope"], False)).endswith("0 files; 0 ready to take over")
-
-
-def test_human_sizes() -> None:
-    assert [human(n) for n in (0, 1023, 1024, 1536, 10 * 2**20, 999 * 2**30, 5 * 2**40)] == [
-        "0 B", "1023 B", "1 KiB", "1.5 KiB", "10 MiB", "999 GiB", "5 TiB"]
 
 
 def test_watch_redraws_until_interrupted(monkeypatch: pytest.MonkeyPatch, tmp_path: Path

@@ -11,7 +11,7 @@ import pytest
 from syncd.core.errors import FileReplaced
 from syncd.core.oslimits import KEPT_CEILING, KEPT_FLOOR, kept_descriptors
 from syncd.core.spot import Spot
-from syncd.disk import logfile
+from syncd.disk import logfile, tree
 from syncd.disk.openfiles import APPEND, OPEN, READ, OpenFiles
 from syncd.disk.tree import NotRegularFile
 
@@ -194,3 +194,88 @@ def test_a_write_only_descriptor_is_not_read_from(tmp_path: Path) -> None:
     OPEN.give_back(OPEN.keep(spot, APPEND, fd, (st.st_dev, st.st_ino)))
     assert logfile.read_known(spot, 0, 2) == b"a\n"  # EBADF on it: read by name instead
     OPEN.forget(spot)
+
+
+# --- logfile.look: the stat and the read of a writer's look in one resolution -----------------
+
+
+@pytest.fixture(params=["openat2", "one level at a time"])
+def resolver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The look's directory reached with openat2 (where the kernel has it) and by the walk."""
+    if request.param != "openat2":
+        monkeypatch.setattr(tree._openat2, "works", False)
+    elif not tree._openat2.works:
+        pytest.skip("no openat2 here")
+    return str(request.param)
+
+
+def look_in_one(spot: Spot) -> bytes:
+    _, reads, _ = logfile.look(spot, ((0, 100),), None)
+    return reads[(0, 100)]
+
+
+def test_one_resolution_reads_a_file_renamed_over_afresh(tmp_path: Path, resolver: str) -> None:
+    spot, path = spot_in(tmp_path)
+    assert look_in_one(spot) == b"a\n"
+    new = path.with_name("new")
+    new.write_bytes(b"b\n")
+    new.rename(path)
+    st, reads, _ = logfile.look(spot, ((0, 100),), None)
+    assert reads[(0, 100)] == b"b\n"
+    assert st is not None and st.ino == os.stat(path).st_ino
+
+
+def test_one_resolution_refuses_a_directory_swapped_for_a_link(
+        tmp_path: Path, resolver: str) -> None:
+    spot, _ = spot_in(tmp_path)
+    assert look_in_one(spot) == b"a\n"
+    os.rename(tmp_path / "k" / "mem", tmp_path / "k" / "moved")
+    os.symlink(tmp_path / "k" / "moved", tmp_path / "k" / "mem")
+    with pytest.raises(NotRegularFile):
+        logfile.look(spot, ((0, 100),), None)
+
+
+def test_one_resolution_refuses_a_link_or_a_fifo_in_the_file_s_place(
+        tmp_path: Path, resolver: str) -> None:
+    spot, path = spot_in(tmp_path)
+    assert look_in_one(spot) == b"a\n"
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"s3cret\n")
+    path.unlink()
+    path.symlink_to(secret)
+    with pytest.raises(NotRegularFile):
+        logfile.look(spot, ((0, 100),), None)
+    path.unlink()
+    os.mkfifo(path)
+    with pytest.raises(NotRegularFile):
+        logfile.look(spot, ((0, 100),), None)
+
+
+def test_one_resolution_lets_a_deleted_file_go(tmp_path: Path, resolver: str) -> None:
+    spot, path = spot_in(tmp_path)
+    look_in_one(spot)
+    fd_count = len(os.listdir("/proc/self/fd"))
+    path.unlink()
+    assert logfile.look(spot, ((0, 100),), 0) == (None, {}, None)
+    assert len(os.listdir("/proc/self/fd")) == fd_count - 1
+    (tmp_path / "k" / "mem").rmdir()
+    assert logfile.look(spot, ((0, 100),), 0) == (None, {}, None)
+
+
+def test_one_resolution_reads_through_the_kept_descriptor_and_stats_its_inode(
+        tmp_path: Path, resolver: str) -> None:
+    spot, path = spot_in(tmp_path, b"a\nb")
+    look_in_one(spot)
+    kept = OPEN.take_any(spot)
+    assert kept is not None
+    OPEN.give_back(kept)
+    with path.open("ab") as f:
+        f.write(b"c\n")
+    st, reads, line_end = logfile.look(spot, ((0, 100),), 2)
+    assert reads[(0, 100)] == b"a\nbc\n" and line_end == 5
+    again = OPEN.take_any(spot)
+    assert again is kept  # no new descriptor
+    OPEN.give_back(again)
+    os_st = os.stat(path)
+    assert st is not None and (st.dev, st.ino, st.size, st.mtime_ns, st.ctime_ns) == (
+        os_st.st_dev, os_st.st_ino, os_st.st_size, os_st.st_mtime_ns, os_st.st_ctime_ns)
