@@ -24,9 +24,10 @@ pair key, the wrap binding the ciphertext's SHA-256, as issue #26's design does 
 recipient), `none` (the bare pipeline), or several, comma-separated, measured one after the
 other in one run.
 
-Both drive paho from one thread with select(), as syncd drives it from its event loop. Each
-runs twice: the standby reading through paho, then reading the socket itself (RawReader:
-PUBLISH parsed in place, PUBACK sent), which shows what paho's read path costs (`--readers`).
+Both drive paho from one thread with select(), as syncd drives it from its event loop, with
+glibc's heap set as `syncd run` sets it (syncd/ops/allocator.py). Each runs twice: the standby
+reading through paho, then reading the socket itself (RawReader: PUBLISH parsed in place,
+PUBACK sent), which shows what paho's read path costs (`--readers`).
 
     python -m bench.bench_floor [--rate 500] [--seconds 10] [--window 0.01] [--standbys 1]
                                 [--catchup-mb 1024] [--chunk 262144]
@@ -58,6 +59,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 from bench.harness import cpu_split, paced_appends
 from syncd.disk import inotify
+from syncd.ops import allocator
 from tests.support.cluster import Broker, wait_until
 from tests.support.ishiki import ishiki_lines
 
@@ -392,6 +394,10 @@ def catchup(root: Path, megabytes: int, chunk: int, raw: bool = False,
 def main() -> None:
     if len(sys.argv) > 2 and sys.argv[1] == "--role":
         role, port, path, *rest = sys.argv[2:]
+        # The heap as `syncd run` sets it (ops/allocator.py): without it paho's reassembly of a
+        # 1000 KiB frame maps and unmaps fresh pages, and the floor's standby spent 6.3 s of CPU
+        # on 1 GB where syncd's spends 5 (docs/catch-up.md).
+        allocator.tune()
         if role == "writer":
             writer(int(port), Path(path), float(rest[0]), Path(rest[1]), Path(rest[2]), rest[3],
                    int(rest[4]))
