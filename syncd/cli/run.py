@@ -101,6 +101,12 @@ async def _run(node: Host) -> None:
         from syncd.ops import memtrace
 
         memtrace.log_memory(node, Path(os.environ["SYNCD_MEMLOG"]))
+    if os.environ.get("SYNCD_TURNPEAK"):  # the callbacks that swing the heap (ops/memtrace.py)
+        from syncd.ops import memtrace
+
+        memtrace.trace_turn_peaks(Path(os.environ["SYNCD_TURNPEAK"]),
+                                  snaps=int(os.environ.get("SYNCD_TURNPEAK_SNAPS", "0")),
+                                  depth=int(os.environ.get("SYNCD_TURNPEAK_FRAMES", "1")))
     trimmer = loop.create_task(allocator.keep_trimmed())  # free heap pages back (ops/allocator.py)
     stall.watch(loop)  # a loop that stops turning prints where it is stuck (ops/stall.py)
     try:

@@ -47,6 +47,7 @@ from typing import Any
 import orjson
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from syncd.core import peerjson
 from syncd.core.errors import FrameError
 from syncd.core.identity import SIGNATURE_SIZE, Identity, verify
 from syncd.core.items import (
@@ -205,7 +206,7 @@ def decode(route: Route, payload: bytes, sender: str, max_data: int,
     if hlen > MAX_HEADER or start + hlen > len(payload):
         raise FrameError(f"bad header length {hlen}")
     try:
-        head = orjson.loads(payload[start : start + hlen])
+        head = peerjson.loads(payload[start : start + hlen])
     except orjson.JSONDecodeError:
         raise FrameError("header is not JSON") from None
     if not isinstance(head, dict):

@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from syncd.core import peerjson
 from syncd.core.errors import FrameError
 from syncd.core.ledger import DIGEST_SIZE
 from syncd.core.names import file_problem, key_problem, part_problem, printable
@@ -497,7 +498,7 @@ def _entries(body: bytes) -> tuple[ResEntry, ...]:
     if body.count(b",") > 16 * MAX_ENTRIES_PER_ITEM:
         raise FrameError(f"manifest entries exceed {MAX_ENTRIES_PER_ITEM} (too many values)")
     try:
-        raw = orjson.loads(body)
+        raw = peerjson.loads(body)
     except orjson.JSONDecodeError:
         raise FrameError("manifest entries are not JSON") from None
     if not isinstance(raw, list) or len(raw) > MAX_ENTRIES_PER_ITEM:

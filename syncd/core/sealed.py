@@ -39,7 +39,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from syncd.core import frames
+from syncd.core import frames, peerjson
 from syncd.core.frames import Frame, FrameError, Route
 from syncd.core.versions import SEALED
 
@@ -141,7 +141,7 @@ def decode(route: Route, payload: bytes, sender: str, max_data: int, topic: str,
     if ilen > frames.MAX_HEADER or _LEN.size + ilen > len(plain):
         raise FrameError(f"bad inner header length {ilen}")
     try:
-        inner = orjson.loads(memoryview(plain)[_LEN.size : _LEN.size + ilen])
+        inner = peerjson.loads(memoryview(plain)[_LEN.size : _LEN.size + ilen])
     except orjson.JSONDecodeError:
         raise FrameError("inner header is not JSON") from None
     if not isinstance(inner, dict):
@@ -164,7 +164,7 @@ def open_bytes(payload: bytes, topic: str, sender: str, me: str, my_epoch: int,
         raise FrameError(f"bad header length {hlen}")
     raw_head = payload[start : start + hlen]
     try:
-        head = orjson.loads(raw_head)
+        head = peerjson.loads(raw_head)
     except orjson.JSONDecodeError:
         raise FrameError("header is not JSON") from None
     if not isinstance(head, dict):

@@ -189,3 +189,112 @@ def log_memory(host: object, path: Path, every: float = 0.2) -> None:
                 time.sleep(every)
 
     threading.Thread(target=run, name="memlog", daemon=True).start()
+
+
+TURNPEAK = "SYNCD_TURNPEAK"
+
+
+def trace_turn_peaks(path: Path, threshold: int = 2 << 20, snaps: int = 0,
+                     depth: int = 1) -> None:
+    """SYNCD_TURNPEAK=<file>: which loop callbacks allocate the heap's swings. Traces Python's
+    allocations (tracemalloc, `depth` frames) and writes a line for every loop callback during
+    which the traced memory rose more than `threshold` above what it was at the callback's
+    start (its peak, `reset_peak` at each start): time, the rise at the peak, what was still
+    held at the end, the callback. Threads allocate into the same figure: a line can be a
+    thread's. For diagnosis only (docs/peer-limits.md): it costs the daemon about 2x CPU.
+
+    With `snaps` > 0 (SYNCD_TURNPEAK_SNAPS), read turns of the link are snapshotted at their
+    start and whenever a message leaves them holding another MiB more than at the last
+    snapshot; for each of the first `snaps` turns that rose 3 x `threshold`, what its last
+    snapshot held more than its start is written (<file>.snap<n>.txt, by traceback): what a
+    turn holds at once. (At most 20 x `snaps` turns are snapshotted: each snapshot is slow.)"""
+    import asyncio.events
+    import importlib
+
+    tracemalloc.start(depth)
+    out = open(path, "a", buffering=1)  # noqa: SIM115 (the daemon's lifetime)
+    plain = asyncio.events.Handle._run
+    turn: dict[str, object] = {"start": 0, "first": None, "mid": None, "at": 0}
+    taken = itertools.count(1)
+    left = [snaps, 20 * snaps]
+    reader = importlib.import_module("syncd.net.link").Session._readable if snaps else None
+
+    def run(handle: asyncio.events.Handle) -> None:
+        armed = (left[0] > 0 and left[1] > 0
+                 and getattr(getattr(handle, "_callback", None), "__func__", None) is reader)
+        if armed:
+            left[1] -= 1
+        turn["first"] = tracemalloc.take_snapshot() if armed else None
+        turn["mid"] = None
+        before, _ = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        turn["start"] = turn["at"] = before
+        t0 = time.monotonic()
+        try:
+            plain(handle)
+        finally:
+            now, peak = tracemalloc.get_traced_memory()
+            if peak - before > threshold:
+                cb = getattr(handle, "_callback", None)
+                what = repr(getattr(cb, "__self__", cb))[:300]
+                out.write(f"{time.time():.2f} peak=+{(peak - before) >> 10} "
+                          f"kept={(now - before) >> 10} base={before >> 10} "
+                          f"ms={(time.monotonic() - t0) * 1000:.0f} {what}\n")
+            first, mid = turn["first"], turn["mid"]
+            turn["first"] = turn["mid"] = None
+            if (isinstance(first, tracemalloc.Snapshot) and isinstance(mid, tracemalloc.Snapshot)
+                    and peak - before > 3 * threshold):
+                left[0] -= 1
+                n = next(taken)
+                with open(f"{path}.snap{n}.txt", "w") as f:
+                    f.write(f"start {before >> 10} KiB, last snapshot {turn['at_kib']} KiB, "
+                            f"peak {peak >> 10}, end {now >> 10}\n")
+                    for stat in mid.compare_to(first, "traceback")[:40]:
+                        f.write(f"{stat.size_diff >> 10:8d} KiB {stat.count_diff:7d} blocks\n")
+                        for line in stat.traceback.format():
+                            f.write(f"    {line}\n")
+
+    asyncio.events.Handle._run = run  # type: ignore[method-assign,assignment]
+    if os.environ.get(f"{TURNPEAK}_MESSAGES"):
+        _message_peaks(out, threshold)
+    if snaps <= 0:
+        return
+    link = importlib.import_module("syncd.net.link").Link
+    handle_one = link._handle
+
+    def handle(self: object, topic: str, payload: bytes) -> None:
+        handle_one(self, topic, payload)
+        if turn["first"] is not None:
+            now, _ = tracemalloc.get_traced_memory()
+            at = turn["at"]
+            assert isinstance(at, int)
+            if now - at > 1 << 20:
+                turn["at"], turn["at_kib"] = now, now >> 10
+                turn["mid"] = tracemalloc.take_snapshot()
+
+    link._handle = handle
+
+
+def _message_peaks(out: TextIO, threshold: int) -> None:
+    """SYNCD_TURNPEAK_MESSAGES=1: a line for every message of the link whose handling rose
+    the traced memory by more than `threshold` at its peak: its topic, size and first item
+    kinds. (The callback's own peak then counts from its last message only.)"""
+    import importlib
+    import re
+
+    link = importlib.import_module("syncd.net.link").Link
+    handle_one = link._handle
+    kinds = re.compile(rb'"k":"(\w+)"')
+
+    def handle(self: object, topic: str, payload: bytes) -> None:
+        before, _ = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        handle_one(self, topic, payload)
+        now, peak = tracemalloc.get_traced_memory()
+        if peak - before > threshold:
+            seen = b",".join(kinds.findall(payload[:8192])[:4]).decode("ascii", "replace")
+            out.write(f"{time.time():.2f} message peak=+{(peak - before) >> 10} "
+                      f"kept={(now - before) >> 10} size={len(payload) >> 10} {topic} "
+                      f"kinds={seen}\n")
+
+    link._handle = handle

@@ -366,6 +366,15 @@ class HostileChaos(Chaos):
             for node, d in self.daemons.items():
                 d.env["SYNCD_MEMLOG"] = str(Path(memlog) / f"{node}.mem")
 
+        # CHAOS_TURNPEAK_DIR=<dir>: the traced victim (CHAOS_TRACE_VICTIM, else c) writes
+        # <dir>/<node>.turns, a line per loop callback that raised Python's traced memory by
+        # more than 2 MiB at its peak (SYNCD_TURNPEAK, ops/memtrace.py; about 2x its CPU).
+        turns = os.environ.get("CHAOS_TURNPEAK_DIR", "")
+        if turns:
+            Path(turns).mkdir(parents=True, exist_ok=True)
+            node = self.traced or "c"
+            self.daemons[node].env["SYNCD_TURNPEAK"] = str(Path(turns) / f"{node}.turns")
+
     # -- canaries and secrets ----------------------------------------------------------------
 
     def _canaries(self) -> None:
