@@ -96,6 +96,10 @@ class RecordFiles:
         # (<file>.json, <file>.chain, <file>.appending) per key and file: joined at every
         # save and every note otherwise (3-5 % of a host's CPU at 1000 busy keys).
         self._file_paths: dict[tuple[str, str], tuple[Path, Path, Path]] = {}
+        # Keys' folders make_dirs made or found in this process (under _io): a routine save
+        # asked for its folder twice, a stat and a mkdir's EEXIST each time, for nothing but
+        # a key's first save (half a standby's record-saving samples at 3000 busy keys).
+        self._made: set[Path] = set()
 
     def folder(self, key: str) -> Path:
         """The directory of `key`'s records (every file of state that names a key is in it)."""
@@ -214,11 +218,29 @@ class RecordFiles:
             return  # a newer record of this file is written already
         self._done[(key, file)] = order
         meta_path, chain_path = self._paths(key, file)
-        durable_mod.make_dirs(meta_path.parent)  # a new key's folder: durable in files/
+        folder = meta_path.parent
+        known = folder in self._made
+        if not known:
+            durable_mod.make_dirs(folder)  # a new key's folder: durable in files/
+            self._made.add(folder)
+        try:
+            self._write(key, file, record, chain, count, durable, meta_path, chain_path,
+                        known)
+        except FileNotFoundError:
+            if not known:
+                raise
+            # The folder went from under us (by hand): made again, as for a new key. The
+            # steps start over: each finds what the failed one left (_chain_on_disk).
+            self._made.discard(folder)
+            self._save(key, file, record, chain, count, durable, order)
+
+    def _write(self, key: str, file: str, record: FileRecord, chain: list[bytes], count: int,
+               durable: bool, meta_path: Path, chain_path: Path, known: bool) -> None:
+        """_save's writes, the folder there; `known`: made before this save (no mkdir)."""
         written = self._chain_on_disk(key, file, count, chain_path)
         mode = "ab" if written else "wb"
         if mode == "wb":
-            _atomic_write(chain_path, b"".join(chain[:count]), durable)
+            _atomic_write(chain_path, b"".join(chain[:count]), durable, known)
         elif written < count:
             with chain_path.open("ab") as f:
                 f.write(b"".join(chain[written:count]))
@@ -226,7 +248,7 @@ class RecordFiles:
                 if durable:
                     os.fdatasync(f.fileno())
         self._chain_written[(key, file)] = count
-        _atomic_write(meta_path, _meta_bytes(record), durable)
+        _atomic_write(meta_path, _meta_bytes(record), durable, known)
 
     def _chain_on_disk(self, key: str, file: str, count: int, chain_path: Path) -> int:
         """Chain values already in the chain file that a save of `count` values may append
@@ -371,6 +393,11 @@ def _intent(value: Any) -> tuple[str, int, int, str] | None:
     return None
 
 
-def _atomic_write(path: Path, data: bytes, durable: bool = True) -> None:
-    # Durable: the temp file fsynced, renamed, and the directory fsynced (disk/durable.py).
+def _atomic_write(path: Path, data: bytes, durable: bool = True, made: bool = False) -> None:
+    """Durable: the temp file fsynced, renamed, and the directory fsynced (disk/durable.py).
+    `made`: the folder is there (RecordFiles._made): a routine record is a temp file and a
+    rename, no mkdir first."""
+    if made and not durable:
+        os.replace(durable_mod.write_temp(path, data, 0o666), path)
+        return
     durable_mod.replace_file(path, data, 0o666, durable=durable)

@@ -152,3 +152,40 @@ def test_a_stop_syncs_each_file_before_its_rename_and_its_folder_after(
         ("rename", f"{F}.chain"), ("dir", "b"),
         ("rename", f"{F}.json"), ("rename", f"{F}.json"), ("dir", "a"), ("dir", "b"),
     ]
+
+
+def test_a_keys_folder_is_made_at_its_first_save_only(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    store = RecordFiles(tmp_path)
+    made: list[Path] = []
+    real_make_dirs, real_mkdir = durable.make_dirs, Path.mkdir
+
+    def make_dirs(path: Path, mode: int = 0o777) -> list[Path]:
+        made.append(path)
+        return real_make_dirs(path, mode)
+
+    def mkdir(self: Path, *args: object, **kwargs: object) -> None:
+        made.append(self)
+        real_mkdir(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(durable, "make_dirs", make_dirs)
+    monkeypatch.setattr(Path, "mkdir", mkdir)
+    for size in (10, 20, 30):
+        store.save("k", F, record(size), chain(size // 10), durable=False)
+    assert made and all(p == made[0] for p in made)  # the key's folder, at the first save
+    first = len(made)
+    store.save("k", F, record(40), chain(4), durable=False)
+    assert len(made) == first
+    assert loaded_size(tmp_path) == 40
+
+
+def test_a_routine_save_makes_a_folder_removed_by_hand_again(tmp_path: Path) -> None:
+    store = RecordFiles(tmp_path)
+    store.save("k", F, record(10), chain(1), durable=False)
+    folder = store.folder("k")
+    for p in folder.iterdir():
+        p.unlink()
+    folder.rmdir()
+    store.save("k", F, record(20), chain(2), durable=False)
+    got = RecordFiles(tmp_path).load("k", F)
+    assert got is not None and got[0].size == 20 and got[1] == chain(2)
