@@ -11,9 +11,10 @@ import pytest
 from syncd.core.errors import FileReplaced
 from syncd.core.oslimits import KEPT_CEILING, KEPT_FLOOR, kept_descriptors
 from syncd.core.spot import Spot
-from syncd.disk import logfile, tree
+from syncd.disk import logfile
 from syncd.disk.openfiles import APPEND, OPEN, READ, OpenFiles
 from syncd.disk.tree import NotRegularFile
+from tests.support.resolvers import RESOLVERS, use_resolver
 
 
 def spot_in(tmp_path: Path, data: bytes = b"a\n") -> tuple[Spot, Path]:
@@ -199,14 +200,10 @@ def test_a_write_only_descriptor_is_not_read_from(tmp_path: Path) -> None:
 # --- logfile.look: the stat and the read of a writer's look in one resolution -----------------
 
 
-@pytest.fixture(params=["openat2", "one level at a time"])
+@pytest.fixture(params=RESOLVERS)
 def resolver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """The look's directory reached with openat2 (where the kernel has it) and by the walk."""
-    if request.param != "openat2":
-        monkeypatch.setattr(tree._openat2, "works", False)
-    elif not tree._openat2.works:
-        pytest.skip("no openat2 here")
-    return str(request.param)
+    return use_resolver(str(request.param), monkeypatch)
 
 
 def look_in_one(spot: Spot) -> bytes:

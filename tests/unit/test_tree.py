@@ -14,18 +14,15 @@ import pytest
 from syncd.core.spot import Spot
 from syncd.disk import tree
 from syncd.disk.tree import NotRegularFile, Walk
+from tests.support.resolvers import RESOLVERS, use_resolver
 
 SECRET = b"outside the root\n"
 
 
-@pytest.fixture(params=["openat2", "one level at a time"], autouse=True)
+@pytest.fixture(params=RESOLVERS, autouse=True)
 def resolver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Every test with openat2 (where the kernel has it) and with the walk alone."""
-    if request.param != "openat2":
-        monkeypatch.setattr(tree._openat2, "works", False)
-    elif not tree._openat2.works:
-        pytest.skip("no openat2 here")
-    return str(request.param)
+    return use_resolver(str(request.param), monkeypatch)
 
 
 @pytest.fixture
