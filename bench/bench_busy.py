@@ -44,7 +44,8 @@ from bench.harness import (
 from tests.support.cluster import Broker, Daemon
 from tests.support.ishiki import ishiki_lines
 
-TARGET_P99_MS = {300: 50.0, 1000: 100.0}
+# issue #12: 300 and 1000 keys; issue #26: 3000 keys at 100 ms too
+TARGET_P99_MS = {300: 50.0, 1000: 100.0, 3000: 100.0}
 
 
 def busy(keys: int, root: Path, seconds: float = 10, grace: float = 30, kib: int = 4,
