@@ -99,14 +99,16 @@ _WALK_INSTEAD = frozenset((errno.ELOOP, errno.ENOTDIR, errno.EXDEV, errno.ENOSYS
                            errno.EISDIR, errno.ENXIO, errno.EAGAIN))
 
 
-def _open_beneath(spot: Spot, flags: int, mode: int = 0) -> int | None:
-    """The Spot opened in one openat2 call, or None: not available, or refused (the caller
-    walks it one component at a time to say which level is what). Other errors raise."""
-    if not _openat2.works or not spot.parts:
+def _open_beneath(top_dir: Path, parts: tuple[str, ...], flags: int, mode: int = 0
+                  ) -> int | None:
+    """`parts` below `top_dir` opened in one openat2 call, or None: not available, or refused
+    (the caller walks it one component at a time to say which level is what). Other errors
+    raise."""
+    if not _openat2.works or not parts:
         return None
-    top = os.open(spot.top, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    top = os.open(top_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        return _openat2(top, "/".join(spot.parts), flags | os.O_CLOEXEC, mode)
+        return _openat2(top, "/".join(parts), flags | os.O_CLOEXEC, mode)
     except OSError as e:
         if e.errno in _WALK_INSTEAD:
             return None
@@ -175,7 +177,7 @@ def open_dir(spot: Spot, create_from: int | None = None, mode: int = 0o777) -> i
     `mode`, less the umask); those above must exist. Raises NotRegularFile when one is a link
     or not a directory, FileNotFoundError when one is missing."""
     if create_from is None:
-        fast = _open_beneath(spot, _DIR_FLAGS)
+        fast = _open_beneath(spot.top, spot.parts, _DIR_FLAGS)
         if fast is not None:
             return fast
     fd = os.open(spot.top, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -226,7 +228,7 @@ def open_in(dir_fd: int | None, name: str, flags: int = os.O_RDONLY, mode: int =
 def open_file(spot: Spot, flags: int = os.O_RDONLY, mode: int = 0o666) -> int:
     """A descriptor on the regular file at `spot` (see open_dir and open_in)."""
     if not flags & os.O_CREAT:
-        fd = _open_beneath(spot, flags | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = _open_beneath(spot.top, spot.parts, flags | os.O_NOFOLLOW | os.O_NONBLOCK)
         if fd is not None:
             try:
                 if kind_of(os.fstat(fd).st_mode) == "file":
@@ -246,17 +248,8 @@ def open_file(spot: Spot, flags: int = os.O_RDONLY, mode: int = 0o666) -> int:
 def open_parent(spot: Spot) -> int:
     """open_dir(spot.parent), without making that Spot: the look at a busy file asks for its
     directory at every write (the same openat2 call, or the same walk when it is refused)."""
-    parts = spot.parts
-    if len(parts) > 1 and _openat2.works:
-        top = os.open(spot.top, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            return _openat2(top, "/".join(parts[:-1]), _DIR_FLAGS, 0)
-        except OSError as e:
-            if e.errno not in _WALK_INSTEAD:
-                raise
-        finally:
-            os.close(top)
-    return open_dir(spot.parent)
+    fast = _open_beneath(spot.top, spot.parts[:-1], _DIR_FLAGS)
+    return fast if fast is not None else open_dir(spot.parent)
 
 
 def lstat(spot: Spot) -> os.stat_result | None:
